@@ -1,0 +1,1 @@
+"""Loom's command line and the composition root that wires services onto a bus."""

@@ -1,0 +1,29 @@
+"""Scheduling policies, one per module, behind one interface (`policies.base.Policy`).
+
+`REGISTRY` is the explicit name → class table; `make(name)` builds a fresh instance.
+"""
+
+from __future__ import annotations
+
+from policies.base import Policy
+from policies.fifo import Fifo
+from policies.mlfq import Las, Tiresias
+from policies.srsf import Srsf
+from policies.srtf import Srtf
+
+REGISTRY: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (Fifo, Srtf, Srsf, Las, Tiresias)
+}
+
+
+class UnknownPolicy(KeyError):
+    def __str__(self) -> str:
+        return f"unknown policy {self.args[0]!r}; registered: {', '.join(sorted(REGISTRY))}"
+
+
+def make(name: str) -> Policy:
+    try:
+        cls = REGISTRY[name]
+    except KeyError:
+        raise UnknownPolicy(name) from None
+    return cls()

@@ -1,0 +1,121 @@
+"""Tiresias' discretised LAS: a multi-level feedback queue on attained service.
+
+Follows the Tiresias simulator's `dlas` path (as Muri and ElasticFlow reuse it):
+- new jobs enter Q0; a running job whose attained service reaches its queue's limit moves one
+  queue down, to the back of that queue;
+- queues are walked Q0, Q1, …; within a queue, jobs that ran last cycle come first in their
+  order, then waiting jobs in their order (each cycle pushes waiting jobs behind running ones);
+- admission counts GPUs only (no consolidation), all-or-nothing, no head-of-line blocking;
+- a re-plan is scheduled for the instant the next running job crosses a queue limit.
+
+Keys encode the queue lists: (queue, 0, rank) for a job that ran last cycle, (queue, 1, seq)
+for a waiting one, so a waiting job's key never changes while it waits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator
+from typing import ClassVar
+
+from policies.base import Fitter, JobView, Plan, Snapshot, greedy_fill
+from policies.ordered import Key, OrderedPolicy
+
+# Tiresias simulator constants (jobs.py): 3 queues; only the first two limits matter.
+QUEUE_LIMITS: tuple[float, ...] = (3250.0, 7200.0)
+
+
+class DiscretisedLas(OrderedPolicy):
+    placement = "count"
+    gpu_time: ClassVar[bool]
+    limits: ClassVar[tuple[float, ...]] = QUEUE_LIMITS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue: dict[str, int] = {}
+        self._key: dict[str, Key] = {}
+        self._back = 0  # appends to the back of a queue
+        self._front = 0  # preempted jobs go in front of the waiting part of their queue
+
+    def attained(self, job: JobView) -> float:
+        return job.attained_gpu_s if self.gpu_time else job.attained_s
+
+    def key(self, job: JobView) -> Key:
+        return self._key[job.job_id]
+
+    def _append(self, job_id: str, queue: int) -> Key:
+        self._back += 1
+        self._queue[job_id] = queue
+        k: Key = (queue, 1, self._back)
+        self._key[job_id] = k
+        return k
+
+    def job_added(self, job: JobView) -> None:
+        self._enqueue(job.job_id, self._append(job.job_id, 0))
+
+    def job_removed(self, job_id: str) -> None:
+        super().job_removed(job_id)
+        self._queue.pop(job_id, None)
+        self._key.pop(job_id, None)
+
+    def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
+        last = len(self.limits)
+        for job in snap.running:  # demote at most one level per cycle, as Tiresias does
+            q = self._queue[job.job_id]
+            if q < last and self.attained(job) >= self.limits[q]:
+                self._append(job.job_id, q + 1)
+        running = sorted((self._key[v.job_id], v.job_id) for v in snap.running)
+        jobs = snap.jobs
+        walk: list[str] = []
+
+        def order() -> Iterator[JobView]:
+            for _, jid in heapq.merge(running, self._waiting):
+                walk.append(jid)
+                yield jobs[jid]
+
+        plan = greedy_fill(order(), fit, snap.all_sizes(), self.name)
+        for jid in plan.run:
+            super().job_removed(jid)
+        for rank, jid in enumerate(j for j in walk if j in plan.run):
+            self._key[jid] = (self._queue[jid], 0, rank)
+        # A preempted job keeps its place in the walk: one that ran last cycle goes in front of
+        # its queue's waiting jobs; one demoted this cycle stays at the back of its new queue.
+        preempted = [(k, jid) for k, jid in running if jid not in plan.run]
+        for k, jid in sorted(preempted, reverse=True):
+            if k[1] == 0:
+                self._front -= 1
+                k = (self._queue[jid], 1, self._front)
+                self._key[jid] = k
+            self._enqueue(jid, k)
+        plan.wakeup_at = self._next_demotion(snap, plan)
+        self._last = plan
+        return plan
+
+    def _next_demotion(self, snap: Snapshot, plan: Plan) -> float | None:
+        """When the next running job crosses its queue limit (Tiresias' "job jump" event)."""
+        best: float | None = None
+        for jid in plan.run:
+            q = self._queue[jid]
+            if q >= len(self.limits):
+                continue
+            job = snap.jobs[jid]
+            if self.gpu_time:
+                at = snap.now + math.ceil(self.limits[q] / job.gpus) - job.attained_s
+            else:
+                at = snap.now + self.limits[q] - job.attained_s
+            if at > snap.now and (best is None or at < best):
+                best = at
+        return best
+
+
+class Las(DiscretisedLas):
+    name = "las"
+    description = "Tiresias discretised LAS on attained time (dlas): MLFQ, GPU counting"
+    gpu_time = False
+
+
+class Tiresias(DiscretisedLas):
+    name = "tiresias"
+    description = "Tiresias 2D-LAS on attained GPU-time (dlas-gpu): MLFQ, limits 3250 s/7200 s"
+    gpu_time = True

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from policies.base import JobView
+from policies.ordered import Key, OrderedPolicy
+
+
+class Srsf(OrderedPolicy):
+    name = "srsf"
+    description = (
+        "Shortest remaining GPU-service (time × GPUs) first, preemptive (Muri's `shortest-gpu`)"
+    )
+
+    def key(self, job: JobView) -> Key:
+        return (job.remaining_s * job.gpus, job.spec.submit_time_s, job.job_id)

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from policies.base import JobView
+from policies.ordered import Key, OrderedPolicy
+
+
+class Srtf(OrderedPolicy):
+    name = "srtf"
+    description = "Shortest remaining time first, preemptive (Muri's `shortest`; needs durations)"
+
+    def key(self, job: JobView) -> Key:
+        return (job.remaining_s, job.spec.submit_time_s, job.job_id)

@@ -1,0 +1,95 @@
+"""The cluster: switches → nodes → GPUs, each GPU of a type."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+NodeId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
+DEFAULT_GPU_TYPE = "gpu"
+
+
+class NodeSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_id: NodeId
+    switch_id: NodeId
+    gpus: int = Field(ge=0, le=64)
+    gpu_type: str = DEFAULT_GPU_TYPE
+    cpus: int = Field(default=0, ge=0)
+    mem_gb: float = Field(default=0.0, ge=0)
+
+
+class ClusterSpec(BaseModel):
+    """A cluster as a list of nodes; node ids are NATS-subject-safe tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "cluster"
+    nodes: tuple[NodeSpec, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> ClusterSpec:
+        ids = [n.node_id for n in self.nodes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("node ids must be unique")
+        return self
+
+    @classmethod
+    def uniform(
+        cls,
+        switches: int,
+        nodes_per_switch: int,
+        gpus_per_node: int,
+        *,
+        gpu_type: str = DEFAULT_GPU_TYPE,
+        cpus_per_node: int = 0,
+        mem_gb_per_node: float = 0.0,
+        name: str | None = None,
+    ) -> ClusterSpec:
+        nodes = tuple(
+            NodeSpec(
+                node_id=f"n{s * nodes_per_switch + i}",
+                switch_id=f"s{s}",
+                gpus=gpus_per_node,
+                gpu_type=gpu_type,
+                cpus=cpus_per_node,
+                mem_gb=mem_gb_per_node,
+            )
+            for s in range(switches)
+            for i in range(nodes_per_switch)
+        )
+        return cls(name=name or f"n{switches * nodes_per_switch}g{gpus_per_node}", nodes=nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    @cached_property
+    def gpus_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.gpu_type] = out.get(n.gpu_type, 0) + n.gpus
+        return out
+
+    @cached_property
+    def switches(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.switch_id for n in self.nodes))
+
+    def node(self, node_id: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def topology_graph(self) -> nx.Graph:
+        """Switch–node–GPU tree; edge weight is the hop cost used to compare placements."""
+        g = nx.Graph()
+        for n in self.nodes:
+            g.add_edge(("switch", n.switch_id), ("node", n.node_id), weight=10)
+            for i in range(n.gpus):
+                g.add_edge(("node", n.node_id), ("gpu", n.node_id, i), weight=1)
+        return g

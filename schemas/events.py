@@ -1,0 +1,168 @@
+"""Versioned event bodies and the envelope every message travels in.
+
+An event type is `loom.<noun>.<verb>.v<N>`. A breaking change adds a `v(N+1)` body and keeps
+decoding `vN`; `EVENT_TYPES` maps each accepted type to its body model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.status import Status
+
+# A placement: for each node, the GPU indices the job holds there.
+GpuSlots = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobTransition(_Body):
+    """The scheduler moved a job between lifecycle states (the audit record)."""
+
+    job_id: str
+    state: JobState
+    previous: JobState | None
+    cause: str
+    gpus: int = 0
+    placement: GpuSlots = ()
+    iterations_done: float = 0.0
+    status: Status | None = None
+    spec: JobSpec | None = None  # on the first transition, so consumers know the job
+
+
+class CycleStarted(_Body):
+    """A scheduling cycle begins: node agents close their accounting and report progress."""
+
+    cycle: int = Field(ge=0)
+    trigger: str
+
+
+class JobProgress(_Body):
+    job_id: str
+    iterations_done: float
+
+
+class NodeStatus(_Body):
+    node_id: str
+    cycle: int
+    jobs: tuple[JobProgress, ...] = ()
+
+
+class Launch(_Body):
+    job_id: str
+    spec: JobSpec
+    placement: GpuSlots
+    iterations_done: float = 0.0
+
+
+class Stop(_Body):
+    job_id: str
+    reason: str
+
+
+class PlanDecided(_Body):
+    """The outcome of one scheduling cycle, as a change to what runs where."""
+
+    cycle: int
+    launches: tuple[Launch, ...] = ()
+    stops: tuple[Stop, ...] = ()
+    running: int = 0
+    busy_gpus: int = 0
+
+
+class NodeCommand(_Body):
+    """What one node agent must change: start these jobs, stop those."""
+
+    node_id: str
+    cycle: int
+    launches: tuple[Launch, ...] = ()
+    stops: tuple[Stop, ...] = ()
+
+
+class JobFinished(_Body):
+    job_id: str
+    node_id: str
+    iterations_done: float
+
+
+class DeadLetter(_Body):
+    """A message a service could not accept, kept with the reason so nothing is lost."""
+
+    subject: str
+    service: str
+    reason: str
+    payload: bytes
+
+
+EVENT_TYPES: dict[str, type[BaseModel]] = {
+    "loom.job.submit.v1": SubmitJob,
+    "loom.job.transition.v1": JobTransition,
+    "loom.cycle.started.v1": CycleStarted,
+    "loom.node.status.v1": NodeStatus,
+    "loom.plan.decided.v1": PlanDecided,
+    "loom.node.command.v1": NodeCommand,
+    "loom.job.finished.v1": JobFinished,
+    "loom.deadletter.v1": DeadLetter,
+}
+TYPE_OF: dict[type[BaseModel], str] = {v: k for k, v in EVENT_TYPES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Metadata every message carries; `event_id` doubles as the JetStream `Nats-Msg-Id`.
+
+    A plain frozen dataclass so that building one in the hot path costs nothing; decoding
+    from the wire validates it (and its typed body) through `validate_envelope`.
+    """
+
+    type: str
+    event_id: str
+    causation_id: str | None
+    occurred_at: float
+    producer: str
+    body: BaseModel
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "event_id": self.event_id,
+            "causation_id": self.causation_id,
+            "occurred_at": self.occurred_at,
+            "producer": self.producer,
+            "body": self.body.model_dump(mode="python"),
+        }
+
+
+class _EnvelopeIn(BaseModel):
+    """Wire-side check of the envelope fields; the body is checked by its own model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    event_id: str = Field(min_length=1, max_length=256)
+    causation_id: str | None = Field(default=None, max_length=256)
+    occurred_at: float
+    producer: str = Field(min_length=1, max_length=128)
+    body: dict[str, Any]
+
+
+def validate_envelope(data: Any) -> Envelope:
+    """Build an Envelope from decoded wire data; raises ValueError/ValidationError."""
+    raw = _EnvelopeIn.model_validate(data)
+    model = EVENT_TYPES.get(raw.type)
+    if model is None:
+        raise ValueError(f"unknown event type {raw.type!r}")
+    body = model.model_validate(raw.body)
+    return Envelope(raw.type, raw.event_id, raw.causation_id, raw.occurred_at, raw.producer, body)
+
+
+def envelope(
+    body: BaseModel, *, event_id: str, occurred_at: float, producer: str, causation_id: str | None
+) -> Envelope:
+    return Envelope(TYPE_OF[type(body)], event_id, causation_id, occurred_at, producer, body)

@@ -1,0 +1,114 @@
+"""Jobs: what a user submits and the lifecycle states the scheduler tracks."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Bounds on user input: generous for real clusters, tight enough to stop garbage early.
+MAX_GPUS = 4096
+MAX_NAME = 128
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.:\-/]+$")]
+
+
+class JobSpec(BaseModel):
+    """A training job as the scheduler knows it (canonical, fully specified).
+
+    Times are seconds. `iteration_time_s` is the solo time of one iteration at `gpus` GPUs;
+    `stage_times_s` optionally splits it into per-resource stages (data loading, GPU compute,
+    gradient communication) for interleaving policies.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: Name
+    tenant: Name = "default"
+    model: Name
+    batch_size: int | None = Field(default=None, ge=1)
+    gpus: int = Field(ge=1, le=MAX_GPUS)
+    min_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    iterations: int = Field(ge=1)
+    iteration_time_s: float = Field(gt=0)
+    stage_times_s: tuple[float, ...] | None = None
+    deadline_s: float | None = None
+    best_effort: bool = False
+    priority: int = 0
+    submit_time_s: float = Field(ge=0)
+    gpu_type: Name | None = None
+    duration_s: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> JobSpec:
+        if self.min_gpus is not None and self.min_gpus > self.gpus:
+            raise ValueError(f"min_gpus ({self.min_gpus}) exceeds gpus ({self.gpus})")
+        if self.max_gpus is not None and self.max_gpus < self.gpus:
+            raise ValueError(f"max_gpus ({self.max_gpus}) is below gpus ({self.gpus})")
+        if self.stage_times_s is not None and any(t < 0 for t in self.stage_times_s):
+            raise ValueError("stage_times_s must be non-negative")
+        return self
+
+    @property
+    def work_s(self) -> float:
+        """Solo run time at the requested GPU count."""
+        return self.iterations * self.iteration_time_s
+
+
+class SubmitJob(BaseModel):
+    """A submission as people type it (`nats pub loom.jobs.submit '{...}'`).
+
+    `job_id` and `submit_time_s` may be left out: the scheduler assigns an id and stamps the
+    time it received the submission.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: Name | None = None
+    tenant: Name = "default"
+    model: Name
+    batch_size: int | None = Field(default=None, ge=1)
+    gpus: int = Field(ge=1, le=MAX_GPUS)
+    min_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    iterations: int = Field(ge=1)
+    iteration_time_s: float = Field(gt=0)
+    stage_times_s: tuple[float, ...] | None = None
+    deadline_s: float | None = None
+    best_effort: bool = False
+    priority: int = 0
+    submit_time_s: float | None = Field(default=None, ge=0)
+    gpu_type: Name | None = None
+    duration_s: float | None = Field(default=None, ge=0)
+
+    def to_spec(self, job_id: str, now: float) -> JobSpec:
+        data = self.model_dump()
+        data["job_id"] = self.job_id or job_id
+        data["submit_time_s"] = now if self.submit_time_s is None else self.submit_time_s
+        return JobSpec(**data)
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec) -> SubmitJob:
+        return cls(**spec.model_dump())
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+    @property
+    def waiting(self) -> bool:
+        return self in (JobState.QUEUED, JobState.PREEMPTED)
+
+
+_TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.REJECTED})

@@ -1,0 +1,1 @@
+"""Loom's services: each a deterministic core (no I/O) wrapped in a thin asyncio shell."""

@@ -1,0 +1,1 @@
+"""Trace injector: replays a trace as job submissions at their (virtual or scaled) times."""

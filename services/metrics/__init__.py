@@ -1,0 +1,1 @@
+"""Metrics aggregator: per-job outcomes, JCT statistics, utilisation and the decision digest."""

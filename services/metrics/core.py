@@ -1,0 +1,157 @@
+"""Builds per-job outcomes and run statistics from the scheduler's published decisions.
+
+It sees only the bus, so its `decision_digest` proves that two runs (or two buses) carried the
+same decisions: a SHA-256 over every scheduler-produced event body, in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from schemas import subjects
+from schemas.events import Envelope, JobTransition, PlanDecided
+from schemas.job import JobState
+from services.runtime.effects import Effect
+from services.runtime.service import Subscribe
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    job_id: str
+    tenant: str
+    model: str
+    gpus: int
+    submit_s: float
+    deadline_s: float | None
+    best_effort: bool
+    state: JobState
+    start_s: float | None = None
+    end_s: float | None = None
+    preemptions: int = 0
+    cause: str = ""
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.submit_s
+
+    @property
+    def queueing_s(self) -> float | None:
+        return None if self.start_s is None else self.start_s - self.submit_s
+
+    @property
+    def met_deadline(self) -> bool | None:
+        if self.deadline_s is None or self.best_effort:
+            return None
+        return self.state is JobState.FINISHED and self.end_s is not None and (
+            self.end_s <= self.deadline_s
+        )
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Muri's calc.py convention: sorted[floor(q·n)], clamped to the last element."""
+    n = len(sorted_values)
+    return sorted_values[min(n - 1, math.floor(q * n))]
+
+
+class MetricsCore:
+    name = "metrics"
+
+    def __init__(self, total_gpus: int) -> None:
+        self.total_gpus = total_gpus
+        self.jobs: dict[str, JobOutcome] = {}
+        self._digest = hashlib.sha256()
+        self.decisions = 0
+        self._busy = 0
+        self._busy_since = 0.0
+        self.busy_gpu_s = 0.0
+        self.first_submit: float | None = None
+        self.last_end = 0.0
+        self.finished = 0
+        self.rejected = 0
+
+    def subscriptions(self) -> Sequence[Subscribe]:
+        return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED))
+
+    def start(self, now: float) -> list[Effect]:
+        return []
+
+    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
+        raise KeyError(key)
+
+    def handle(self, env: Envelope, now: float) -> list[Effect]:
+        body = env.body
+        self.decisions += 1
+        self._digest.update(env.type.encode())
+        self._digest.update(msgpack.packb(body.model_dump(mode="python"), use_bin_type=True))
+        if isinstance(body, JobTransition):
+            self._on_transition(body, env.occurred_at)
+        elif not isinstance(body, PlanDecided):
+            raise TypeError(f"metrics does not handle {env.type}")
+        return []
+
+    @property
+    def digest(self) -> str:
+        return self._digest.hexdigest()
+
+    def _set_busy(self, delta: int, at: float) -> None:
+        self.busy_gpu_s += self._busy * (at - self._busy_since)
+        self._busy += delta
+        self._busy_since = at
+
+    def _on_transition(self, t: JobTransition, at: float) -> None:
+        out = self.jobs.get(t.job_id)
+        if out is None:
+            spec = t.spec
+            if spec is None:  # rejected before it had a valid spec
+                self.rejected += 1
+                return
+            out = JobOutcome(t.job_id, spec.tenant, spec.model, spec.gpus, spec.submit_time_s,
+                             spec.deadline_s, spec.best_effort, t.state)
+            self.jobs[t.job_id] = out
+            if self.first_submit is None or spec.submit_time_s < self.first_submit:
+                self.first_submit = spec.submit_time_s
+        if t.previous is JobState.RUNNING and t.state is not JobState.RUNNING:
+            self._set_busy(-out.gpus, at)
+        if t.state is JobState.RUNNING and t.previous is not JobState.RUNNING:
+            self._set_busy(out.gpus, at)
+            if out.start_s is None:
+                out.start_s = at
+        if t.state is JobState.PREEMPTED:
+            out.preemptions += 1
+        if t.state is JobState.FINISHED:
+            out.end_s = at
+            self.finished += 1
+            self.last_end = max(self.last_end, at)
+        if t.state is JobState.REJECTED:
+            self.rejected += 1
+        out.state = t.state
+        out.cause = t.cause
+
+    def summary(self) -> dict[str, object]:
+        jcts = sorted(j.jct_s for j in self.jobs.values() if j.jct_s is not None)
+        waits = [j.queueing_s for j in self.jobs.values() if j.queueing_s is not None]
+        deadline_jobs = [j for j in self.jobs.values() if j.met_deadline is not None]
+        span = self.last_end - (self.first_submit or 0.0)
+        util = self.busy_gpu_s / (self.total_gpus * span) if span > 0 else 0.0
+        return {
+            "jobs": len(self.jobs),
+            "finished": self.finished,
+            "rejected": self.rejected,
+            "avg_jct_s": sum(jcts) / len(jcts) if jcts else None,
+            "p50_jct_s": percentile(jcts, 0.5) if jcts else None,
+            "p99_jct_s": percentile(jcts, 0.99) if jcts else None,
+            "makespan_s": self.last_end if jcts else None,
+            "avg_queueing_s": sum(waits) / len(waits) if waits else None,
+            "preemptions": sum(j.preemptions for j in self.jobs.values()),
+            "deadline_ratio": (
+                sum(1 for j in deadline_jobs if j.met_deadline) / len(deadline_jobs)
+                if deadline_jobs else None
+            ),
+            "gpu_util": util,
+            "decision_digest": self.digest,
+        }

@@ -1,0 +1,83 @@
+"""What preemption, restart and re-planning cost a job, as explicit, named models.
+
+The research simulators disagree, and the choice changes results (algorithms.md §10):
+- `muri`: every running job loses a per-model constant at every scheduling event (Muri's
+  `overhead_dict`, 10 s for unknown models), and iterations run 1.5 % slower than the trace
+  says (Muri's calibration factor 1.015);
+- `elasticflow`: 2 s at every event, plus a restart of (log2 g + 1) × 2 s + 27 s whenever a job
+  (re)starts on new GPUs (ElasticFlow's `estimate_overhead`, simplified: issue 5 refines it);
+- `flat:S`: S seconds each time a job (re)starts (Pollux/Sia use 30 s);
+- `none`: nothing (Gavel's and Blox's simulators).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from schemas.job import JobSpec
+
+# Muri run_sim.py: measured start overhead in seconds, by GPU count and model.
+_MURI_OVERHEAD: dict[int, dict[str, float]] = {
+    1: {"vgg16": 7, "vgg19": 7, "resnet18": 4, "shufflenet_v2_x1_0": 4, "bert": 10, "gpt2": 10,
+        "a2c": 38, "dqn": 5},
+    2: {"vgg16": 7, "vgg19": 7, "resnet18": 5, "shufflenet_v2_x1_0": 4, "bert": 10, "gpt2": 10,
+        "a2c": 39, "dqn": 5},
+    4: {"vgg16": 8, "vgg19": 8, "resnet18": 5, "shufflenet_v2_x1_0": 5, "bert": 10, "gpt2": 10,
+        "a2c": 39, "dqn": 6},
+    8: {"vgg16": 9, "vgg19": 9, "resnet18": 7, "shufflenet_v2_x1_0": 5, "bert": 10, "gpt2": 10,
+        "a2c": 46, "dqn": 6},
+    16: {"vgg16": 9, "vgg19": 10, "resnet18": 7, "shufflenet_v2_x1_0": 7, "bert": 10,
+         "gpt2": 10, "a2c": 46, "dqn": 8},
+    32: {"vgg16": 10, "vgg19": 10, "resnet18": 7, "shufflenet_v2_x1_0": 8, "bert": 10,
+         "gpt2": 10, "a2c": 46, "dqn": 8},
+}
+_MURI_DEFAULT = 10.0
+_MURI_SLOWDOWN = 1.015
+
+
+@dataclass(frozen=True)
+class OverheadModel:
+    """`per_event(spec)`: seconds lost by a running job when a cycle interrupts it;
+    `restart(spec)`: seconds before a (re)started job makes progress; `slowdown`: factor on
+    the trace's iteration time."""
+
+    name: str
+    kind: str
+    flat_s: float = 0.0
+
+    def iteration_time(self, spec: JobSpec) -> float:
+        if self.kind == "muri":
+            return spec.iteration_time_s * _MURI_SLOWDOWN
+        return spec.iteration_time_s
+
+    def per_event(self, spec: JobSpec) -> float:
+        if self.kind == "muri":
+            return _MURI_OVERHEAD.get(spec.gpus, {}).get(spec.model, _MURI_DEFAULT)
+        if self.kind == "elasticflow":
+            return 2.0
+        return 0.0
+
+    def restart(self, spec: JobSpec) -> float:
+        if self.kind == "flat":
+            return self.flat_s
+        if self.kind == "elasticflow":
+            return (math.log2(spec.gpus) + 1) * 2.0 + 27.0
+        return 0.0
+
+
+def parse_overhead(text: str) -> OverheadModel:
+    """`none`, `muri`, `elasticflow` or `flat:SECONDS`."""
+    if text in ("none", "muri", "elasticflow"):
+        return OverheadModel(text, text)
+    if text.startswith("flat:"):
+        try:
+            seconds = float(text.removeprefix("flat:"))
+        except ValueError:
+            raise ValueError(f"--overhead {text!r}: SECONDS must be a number") from None
+        if seconds < 0 or not math.isfinite(seconds):
+            raise ValueError(f"--overhead {text!r}: SECONDS must be finite and ≥ 0")
+        return OverheadModel(text, "flat", seconds)
+    raise ValueError(
+        f"unknown overhead model {text!r}; use none, muri, elasticflow or flat:SECONDS"
+    )

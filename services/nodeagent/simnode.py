@@ -1,0 +1,123 @@
+"""A simulated node: advances its jobs from their iteration times under an overhead model.
+
+Only the first node of a job's placement (its leader) accounts progress and reports the finish;
+the other nodes of a gang just hold their GPUs. At each scheduling cycle the node closes every
+running job's interval (charging the model's per-event cost), reports progress, and re-arms the
+job's completion timer: completion = now + remaining iterations × iteration time, as the Muri
+and Tiresias simulators predict it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from schemas import subjects
+from schemas.cluster import NodeSpec
+from schemas.events import (
+    CycleStarted,
+    Envelope,
+    JobFinished,
+    JobProgress,
+    Launch,
+    NodeCommand,
+    NodeStatus,
+)
+from schemas.job import JobSpec
+from services.nodeagent.overhead import OverheadModel
+from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
+from services.runtime.service import Subscribe
+
+
+@dataclass(slots=True)
+class _Run:
+    spec: JobSpec
+    leader: bool
+    remaining: float  # iterations
+    last: float  # progress accounted up to here
+    ready_at: float  # restart overhead ends here
+    iteration_s: float
+    per_event_s: float
+
+
+class SimNodeCore:
+    def __init__(self, node: NodeSpec, overhead: OverheadModel) -> None:
+        self.node = node
+        self.name = f"nodeagent-{node.node_id}"
+        self.overhead = overhead
+        self.jobs: dict[str, _Run] = {}
+
+    def subscriptions(self) -> Sequence[Subscribe]:
+        return (Subscribe(subjects.node_command(self.node.node_id)),
+                Subscribe(subjects.CYCLE_STARTED))
+
+    def start(self, now: float) -> list[Effect]:
+        return []
+
+    def handle(self, env: Envelope, now: float) -> list[Effect]:
+        body = env.body
+        if isinstance(body, CycleStarted):
+            return self._on_cycle(body.cycle, now)
+        if isinstance(body, NodeCommand):
+            return self._on_command(body, now)
+        raise TypeError(f"node agent does not handle {env.type}")
+
+    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
+        assert isinstance(key, tuple) and key[0] == "finish"
+        run = self.jobs.pop(key[1])
+        return [Publish(subjects.JOB_FINISHED, JobFinished(
+            job_id=run.spec.job_id, node_id=self.node.node_id,
+            iterations_done=float(run.spec.iterations)))]
+
+    def _advance(self, run: _Run, now: float, interrupted: bool) -> None:
+        start = max(run.last, run.ready_at)
+        useful = now - start - (run.per_event_s if interrupted else 0.0)
+        if useful > 0:
+            run.remaining -= useful / run.iteration_s
+        run.last = now
+
+    def _finish_timer(self, run: _Run, now: float) -> SetTimer:
+        at = max(now, run.ready_at) + max(run.remaining, 0.0) * run.iteration_s
+        return SetTimer(("finish", run.spec.job_id), at, PRIORITY_INPUT)
+
+    def _progress(self, run: _Run) -> JobProgress:
+        return JobProgress(job_id=run.spec.job_id,
+                           iterations_done=run.spec.iterations - run.remaining)
+
+    def _on_cycle(self, cycle: int, now: float) -> list[Effect]:
+        effects: list[Effect] = []
+        report = []
+        for run in self.jobs.values():
+            if run.leader:
+                self._advance(run, now, interrupted=True)
+                report.append(self._progress(run))
+                effects.append(self._finish_timer(run, now))
+        if report:
+            effects.append(Publish(subjects.NODE_STATUS, NodeStatus(
+                node_id=self.node.node_id, cycle=cycle, jobs=tuple(report))))
+        return effects
+
+    def _on_command(self, cmd: NodeCommand, now: float) -> list[Effect]:
+        effects: list[Effect] = []
+        for stop in cmd.stops:
+            run = self.jobs.pop(stop.job_id, None)
+            if run is not None and run.leader:
+                effects.append(CancelTimer(("finish", stop.job_id)))
+        for launch in cmd.launches:
+            effects += self._launch(launch, now)
+        return effects
+
+    def _launch(self, launch: Launch, now: float) -> list[Effect]:
+        spec = launch.spec
+        leader = launch.placement[0][0] == self.node.node_id
+        run = _Run(
+            spec=spec,
+            leader=leader,
+            remaining=spec.iterations - launch.iterations_done,
+            last=now,
+            ready_at=now + self.overhead.restart(spec),
+            iteration_s=self.overhead.iteration_time(spec),
+            per_event_s=self.overhead.per_event(spec),
+        )
+        self.jobs[spec.job_id] = run
+        return [self._finish_timer(run, now)] if leader else []

@@ -1,0 +1,1 @@
+"""Topology-aware placement: turn GPU counts into GPUs (core) and bind plans to nodes (shell)."""

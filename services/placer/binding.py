@@ -1,0 +1,104 @@
+"""The placer service's core: binds each plan to nodes and guards the GPU inventory.
+
+It keeps who holds every GPU, applies a plan's stops before its launches, refuses any launch
+onto a GPU someone else holds (a double booking is a bug upstream, never silently accepted)
+and tells each node agent exactly what to start and stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from schemas import subjects
+from schemas.cluster import ClusterSpec
+from schemas.events import Envelope, GpuSlots, JobFinished, Launch, NodeCommand, PlanDecided, Stop
+from services.runtime.effects import Effect, Publish
+from services.runtime.service import Subscribe
+
+
+class DoubleBooking(RuntimeError):
+    pass
+
+
+class PlacerCore:
+    name = "placer"
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.cluster = cluster
+        self._size = {n.node_id: n.gpus for n in cluster.nodes}
+        self._order = [n.node_id for n in cluster.nodes]
+        self.owner: dict[tuple[str, int], str] = {}
+        self.bound: dict[str, GpuSlots] = {}
+
+    def subscriptions(self) -> Sequence[Subscribe]:
+        return (Subscribe(subjects.PLAN_DECIDED), Subscribe(subjects.JOB_FINISHED))
+
+    def start(self, now: float) -> list[Effect]:
+        return []
+
+    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
+        raise KeyError(key)
+
+    def handle(self, env: Envelope, now: float) -> list[Effect]:
+        body = env.body
+        if isinstance(body, PlanDecided):
+            return self._bind(body)
+        if isinstance(body, JobFinished):
+            return self._finished(body)
+        raise TypeError(f"placer does not handle {env.type}")
+
+    def _release(self, job_id: str) -> GpuSlots:
+        slots = self.bound.pop(job_id, ())
+        for node, gpus in slots:
+            for i in gpus:
+                self.owner.pop((node, i), None)
+        return slots
+
+    def _bind(self, plan: PlanDecided) -> list[Effect]:
+        stops: dict[str, list[Stop]] = {}
+        launches: dict[str, list[Launch]] = {}
+        for stop in plan.stops:
+            for node, _ in self._release(stop.job_id):
+                stops.setdefault(node, []).append(stop)
+        for launch in plan.launches:
+            self._check(launch)
+            for node, gpus in launch.placement:
+                for i in gpus:
+                    self.owner[(node, i)] = launch.job_id
+                launches.setdefault(node, []).append(launch)
+            self.bound[launch.job_id] = launch.placement
+        return self._commands(plan.cycle, stops, launches)
+
+    def _check(self, launch: Launch) -> None:
+        if launch.job_id in self.bound:
+            raise DoubleBooking(f"job {launch.job_id} launched while still bound")
+        for node, gpus in launch.placement:
+            size = self._size.get(node)
+            if size is None:
+                raise DoubleBooking(f"job {launch.job_id}: unknown node {node!r}")
+            for i in gpus:
+                if not 0 <= i < size:
+                    raise DoubleBooking(f"job {launch.job_id}: node {node} has no GPU {i}")
+                holder = self.owner.get((node, i))
+                if holder is not None:
+                    raise DoubleBooking(
+                        f"job {launch.job_id}: GPU {node}:{i} is held by job {holder}"
+                    )
+
+    def _finished(self, msg: JobFinished) -> list[Effect]:
+        slots = self._release(msg.job_id)
+        stop = Stop(job_id=msg.job_id, reason="finished")
+        # The node that reported already stopped it; the other nodes of a gang must too.
+        others = {node: [stop] for node, _ in slots if node != msg.node_id}
+        return self._commands(-1, others, {})
+
+    def _commands(
+        self, cycle: int, stops: dict[str, list[Stop]], launches: dict[str, list[Launch]]
+    ) -> list[Effect]:
+        out: list[Effect] = []
+        for node in self._order:
+            s, lch = stops.get(node), launches.get(node)
+            if s or lch:
+                out.append(Publish(subjects.node_command(node), NodeCommand(
+                    node_id=node, cycle=cycle, stops=tuple(s or ()), launches=tuple(lch or ()))))
+        return out

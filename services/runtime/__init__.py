@@ -1,0 +1,1 @@
+"""Plumbing shared by every service: effects, clocks, the virtual-time kernel, buses, shells."""

@@ -1,0 +1,163 @@
+"""The bus interface every service talks through, and the in-memory virtual-time bus.
+
+Both implementations (this one and `nats_bus.NatsSimBus`) promise the same semantics:
+- `publish` of an envelope whose `event_id` was already published is dropped (JetStream's
+  `Nats-Msg-Id` de-duplication) and returns False;
+- deliveries happen in publish order, interleaved with timers by (time, priority, sequence);
+- a payload that cannot be decoded is dead-lettered on `loom.deadletter.<durable>` with the
+  reason, and delivery goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from schemas import subjects
+from schemas.codec import CodecError, decode, decode_submission
+from schemas.events import DeadLetter, Envelope, envelope
+from services.runtime.effects import PRIORITY_INPUT
+from services.runtime.kernel import SimKernel
+
+Handler = Callable[[Envelope], Awaitable[None]]
+
+
+class Decoder(Protocol):
+    def __call__(self, payload: bytes, *, fallback_id: str, now: float) -> Envelope: ...
+
+
+def decode_any(payload: bytes, *, fallback_id: str, now: float) -> Envelope:
+    return decode(payload)
+
+
+def decode_submit(payload: bytes, *, fallback_id: str, now: float) -> Envelope:
+    return decode_submission(payload, fallback_id=fallback_id, now=now, producer="submitter")
+
+
+@dataclass
+class BusStats:
+    published: int = 0
+    delivered: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+
+
+class Bus(Protocol):
+    stats: BusStats
+
+    async def publish(self, subject: str, env: Envelope) -> bool: ...
+
+    async def publish_raw(self, subject: str, payload: bytes, msg_id: str | None = None) -> bool:
+        ...
+
+    async def subscribe(
+        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
+    ) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class Subscription:
+    pattern: str
+    durable: str
+    handler: Handler
+    decoder: Decoder
+
+
+@dataclass
+class Routes:
+    """Subject → subscriptions, cached: a run uses a handful of subjects millions of times."""
+
+    subs: list[Subscription] = field(default_factory=list)
+    cache: dict[str, list[Subscription]] = field(default_factory=dict)
+
+    def add(self, sub: Subscription) -> None:
+        self.subs.append(sub)
+        self.cache.clear()
+
+    def match(self, subject: str) -> list[Subscription]:
+        hit = self.cache.get(subject)
+        if hit is None:
+            hit = [s for s in self.subs if subjects.matches(s.pattern, subject)]
+            self.cache[subject] = hit
+        return hit
+
+
+def dead_letter_envelope(
+    sub: Subscription, subject: str, payload: bytes, reason: str, now: float, n: int
+) -> Envelope:
+    body = DeadLetter(subject=subject, service=sub.durable, reason=reason, payload=payload)
+    return envelope(
+        body, event_id=f"dlq.{sub.durable}.{n}", occurred_at=now, producer="bus", causation_id=None
+    )
+
+
+class MemoryBus:
+    """In-process bus on the virtual-time kernel; envelopes are delivered as objects."""
+
+    def __init__(self, kernel: SimKernel) -> None:
+        self.kernel = kernel
+        self.stats = BusStats()
+        self._routes = Routes()
+        self._seen: set[str] = set()
+        self._raw = 0
+
+    async def publish(self, subject: str, env: Envelope) -> bool:
+        if env.event_id in self._seen:
+            self.stats.duplicates += 1
+            return False
+        self._seen.add(env.event_id)
+        self.stats.published += 1
+        subs = self._routes.match(subject)
+        if subs:
+            self.kernel.schedule(self.kernel.now, PRIORITY_INPUT, lambda: self._deliver(subs, env))
+        return True
+
+    async def _deliver(self, subs: list[Subscription], env: Envelope) -> None:
+        for sub in subs:
+            self.stats.delivered += 1
+            await sub.handler(env)
+
+    async def publish_raw(self, subject: str, payload: bytes, msg_id: str | None = None) -> bool:
+        if msg_id is not None:
+            if msg_id in self._seen:
+                self.stats.duplicates += 1
+                return False
+            self._seen.add(msg_id)
+        self.stats.published += 1
+        self._raw += 1
+        fallback = f"raw.{self._raw}"
+        subs = self._routes.match(subject)
+        if subs:
+            self.kernel.schedule(
+                self.kernel.now,
+                PRIORITY_INPUT,
+                lambda: self._deliver_raw(subs, subject, payload, fallback),
+            )
+        return True
+
+    async def _deliver_raw(
+        self, subs: list[Subscription], subject: str, payload: bytes, fallback: str
+    ) -> None:
+        for sub in subs:
+            try:
+                env = sub.decoder(payload, fallback_id=fallback, now=self.kernel.now)
+            except CodecError as exc:
+                self.stats.dead_lettered += 1
+                dl = dead_letter_envelope(
+                    sub, subject, payload, str(exc), self.kernel.now, self.stats.dead_lettered
+                )
+                await self.publish(subjects.deadletter(sub.durable), dl)
+                continue
+            self.stats.delivered += 1
+            await sub.handler(env)
+
+    async def subscribe(
+        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
+    ) -> None:
+        self._routes.add(Subscription(subject, durable, handler, decoder))
+
+    async def close(self) -> None:
+        return None

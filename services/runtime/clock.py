@@ -1,0 +1,61 @@
+"""Clocks: time is an input. Virtual (simulation) and wall (live) behave the same to callers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from services.runtime.kernel import Entry, SimKernel
+
+Callback = Callable[[], Coroutine[Any, Any, None]]
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def call_at(self, when: float, priority: int, callback: Callback) -> TimerHandle: ...
+
+
+class VirtualClock:
+    """Time advances only when the kernel pops the next entry."""
+
+    def __init__(self, kernel: SimKernel) -> None:
+        self.kernel = kernel
+
+    def now(self) -> float:
+        return self.kernel.now
+
+    def call_at(self, when: float, priority: int, callback: Callback) -> Entry:
+        return self.kernel.schedule(max(when, self.kernel.now), priority, callback)
+
+
+class _WallTimer:
+    def __init__(self, handle: asyncio.TimerHandle) -> None:
+        self._handle = handle
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+class WallClock:
+    """Seconds since `epoch` (Unix time by default), optionally sped up by `scale`."""
+
+    def __init__(self, epoch: float | None = None, scale: float = 1.0) -> None:
+        self._t0 = time.time()
+        self._epoch = self._t0 if epoch is None else epoch
+        self._scale = scale
+
+    def now(self) -> float:
+        return self._epoch + (time.time() - self._t0) * self._scale
+
+    def call_at(self, when: float, priority: int, callback: Callback) -> _WallTimer:
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (when - self.now()) / self._scale)
+        handle = loop.call_later(delay, lambda: loop.create_task(callback()))
+        return _WallTimer(handle)

@@ -1,0 +1,37 @@
+"""What a core asks its shell to do. Cores return these; they never perform I/O themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+# Ordering of work that happens at the same virtual instant (lower runs first).
+PRIORITY_INPUT = 0  # messages, arrivals, completions
+PRIORITY_CYCLE = 10  # a scheduling cycle opens after every input at that instant
+PRIORITY_PLAN = 20  # ...and plans once node agents have reported
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    subject: str
+    body: BaseModel
+    event_id: str | None = None  # None: the shell numbers it; set it to make a publish idempotent
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    """Fire `on_timer(key)` at `at`; setting an existing key moves that timer."""
+
+    key: Hashable
+    at: float
+    priority: int = PRIORITY_INPUT
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    key: Hashable
+
+
+Effect = Publish | SetTimer | CancelTimer

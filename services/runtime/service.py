@@ -1,0 +1,118 @@
+"""The thin shell around a core: subscribe, call the core, publish what it returns.
+
+A shell owns everything a core must not do: I/O, numbering events, timers and dead-lettering.
+An exception from the core on one message is dead-lettered with its reason; the service goes on.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from schemas import subjects
+from schemas.events import DeadLetter, Envelope, envelope
+from services.runtime.bus import Bus, Decoder, decode_any
+from services.runtime.clock import Clock, TimerHandle
+from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
+from services.runtime.logging import get_logger
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    subject: str
+    decoder: Decoder = decode_any
+
+
+class Core(Protocol):
+    """A deterministic state machine: inputs are envelopes and timer keys, plus the time."""
+
+    name: str
+
+    def subscriptions(self) -> Sequence[Subscribe]: ...
+
+    def start(self, now: float) -> list[Effect]: ...
+
+    def handle(self, env: Envelope, now: float) -> list[Effect]: ...
+
+    def on_timer(self, key: Hashable, now: float) -> list[Effect]: ...
+
+
+class Shell:
+    def __init__(self, core: Core, bus: Bus, clock: Clock, *, run_id: str = "run") -> None:
+        self.core = core
+        self.bus = bus
+        self.clock = clock
+        self.name = core.name
+        self._prefix = f"{run_id}.{core.name}."
+        self._n = 0
+        self._timers: dict[Hashable, TimerHandle] = {}
+        self.log = get_logger(f"loom.{core.name}")
+        self.errors = 0
+
+    async def start(self) -> None:
+        for sub in self.core.subscriptions():
+            await self.bus.subscribe(
+                sub.subject, self._on_message, durable=self.name, decoder=sub.decoder
+            )
+        await self.apply(self.core.start(self.clock.now()), None)
+
+    async def _on_message(self, env: Envelope) -> None:
+        try:
+            effects = self.core.handle(env, self.clock.now())
+        except Exception as exc:  # a bug or bad input must not stop the service
+            await self._dead_letter(env, f"{type(exc).__name__}: {exc}")
+            return
+        await self.apply(effects, env.event_id)
+
+    async def _dead_letter(self, env: Envelope, reason: str) -> None:
+        self.errors += 1
+        self.log.error("message dead-lettered", event_type=env.type, event_id=env.event_id,
+                       reason=reason, trace=traceback.format_exc(limit=3))
+        from schemas.codec import encode
+
+        body = DeadLetter(subject=env.type, service=self.name, reason=reason, payload=encode(env))
+        await self.bus.publish(subjects.deadletter(self.name), self._wrap(body, None, env.event_id))
+
+    def _wrap(self, body: object, event_id: str | None, cause: str | None) -> Envelope:
+        if event_id is None:
+            self._n += 1
+            event_id = f"{self._prefix}{self._n}"
+        return envelope(
+            body,  # type: ignore[arg-type]
+            event_id=event_id,
+            occurred_at=self.clock.now(),
+            producer=self.name,
+            causation_id=cause,
+        )
+
+    async def apply(self, effects: list[Effect], cause: str | None) -> None:
+        for eff in effects:
+            if type(eff) is Publish:
+                await self.bus.publish(eff.subject, self._wrap(eff.body, eff.event_id, cause))
+            elif type(eff) is SetTimer:
+                old = self._timers.pop(eff.key, None)
+                if old is not None:
+                    old.cancel()
+                key = eff.key
+                self._timers[key] = self.clock.call_at(eff.at, eff.priority, self._timer(key))
+            elif type(eff) is CancelTimer:
+                old = self._timers.pop(eff.key, None)
+                if old is not None:
+                    old.cancel()
+            else:
+                raise TypeError(f"unknown effect {eff!r}")
+
+    def _timer(self, key: Hashable):  # type: ignore[no-untyped-def]
+        async def fire() -> None:
+            self._timers.pop(key, None)
+            try:
+                effects = self.core.on_timer(key, self.clock.now())
+            except Exception:
+                self.errors += 1
+                self.log.exception("timer failed", key=str(key))
+                return
+            await self.apply(effects, None)
+
+        return fire

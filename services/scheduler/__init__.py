@@ -1,0 +1,1 @@
+"""Policy engine: job table, lifecycle state machine, admission and scheduling cycles."""

@@ -1,0 +1,328 @@
+"""The scheduler core: admits jobs, runs scheduling cycles, records every transition.
+
+A cycle has two steps at one instant. `cycle` asks node agents for progress
+(`CycleStarted`); `plan`, scheduled just after at lower priority so every report is in, hands the
+policy a frozen snapshot and a fresh placement state, then publishes what changed
+(`PlanDecided`) and one `JobTransition` per job that moved.
+
+Cycles are event-driven (an arrival, a completion or a policy wake-up asks for one) or
+round-based (one every `round_s`), chosen per run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from pydantic import ValidationError
+
+from policies.base import JobView, Plan, Policy, Snapshot
+from schemas import subjects
+from schemas.cluster import ClusterSpec
+from schemas.events import (
+    Envelope,
+    GpuSlots,
+    JobFinished,
+    JobTransition,
+    Launch,
+    NodeStatus,
+    PlanDecided,
+    Stop,
+)
+from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.status import Status, StatusCode
+from services.placer.core import CyclePlacement
+from services.runtime.bus import decode_submit
+from services.runtime.effects import (
+    PRIORITY_CYCLE,
+    PRIORITY_INPUT,
+    PRIORITY_PLAN,
+    CancelTimer,
+    Effect,
+    Publish,
+    SetTimer,
+)
+from services.runtime.service import Subscribe
+from services.scheduler.lifecycle import Transition, check
+
+Replan = Literal["event", "round"]
+NAME = "scheduler"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    replan: Replan = "event"
+    round_s: float = 360.0
+
+    def __post_init__(self) -> None:
+        if self.replan not in ("event", "round"):
+            raise ValueError(f"replan must be 'event' or 'round', not {self.replan!r}")
+        if self.round_s <= 0:
+            raise ValueError("round_s must be positive")
+
+
+@dataclass(slots=True)
+class JobRecord:
+    spec: JobSpec
+    state: JobState | None = None
+    iterations_done: float = 0.0
+    attained_s: float = 0.0
+    accounted_at: float = 0.0
+    placement: GpuSlots = ()
+    preemptions: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    status: Status | None = None
+    history: list[Transition] = field(default_factory=list)
+
+    def view(self) -> JobView:
+        return JobView(
+            self.spec, self.state is JobState.RUNNING, self.iterations_done, self.attained_s,
+            self.preemptions,
+        )
+
+
+class SchedulerCore:
+    name = NAME
+
+    def __init__(self, cluster: ClusterSpec, policy: Policy, config: SchedulerConfig) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.config = config
+        self.jobs: dict[str, JobRecord] = {}
+        self._views: dict[str, JobView] = {}  # active jobs only
+        self._running: dict[str, JobRecord] = {}
+        self._waiting_sizes: Counter[int] = Counter()
+        self._types = set(cluster.gpus_by_type)
+        self.cycle = 0
+        self._cycle_requested = False
+        self._tick_armed = False
+        self._wakeup_armed = False
+        self._trigger = "start"
+        self.last_plan: Plan | None = None
+
+    # -- Core protocol -----------------------------------------------------------------------
+    def subscriptions(self) -> Sequence[Subscribe]:
+        return (
+            Subscribe(subjects.JOB_SUBMIT, decode_submit),
+            Subscribe(subjects.JOB_FINISHED),
+            Subscribe(subjects.NODE_STATUS),
+        )
+
+    def start(self, now: float) -> list[Effect]:
+        return []
+
+    def handle(self, env: Envelope, now: float) -> list[Effect]:
+        body = env.body
+        if isinstance(body, SubmitJob):
+            return self._on_submit(body, env.event_id, now)
+        if isinstance(body, JobFinished):
+            return self._on_finished(body, now)
+        if isinstance(body, NodeStatus):
+            self._on_status(body)
+            return []
+        raise TypeError(f"scheduler does not handle {env.type}")
+
+    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
+        if key == "cycle" or key == "tick":
+            return self._open_cycle(key, now)
+        if key == "plan":
+            return self._plan(now)
+        if key == "wakeup":
+            self._wakeup_armed = False
+            return self._request_cycle(now, "wakeup")
+        raise KeyError(key)
+
+    # -- queries -----------------------------------------------------------------------------
+    def status(self, job_id: str) -> Status:
+        """Why a job is where it is ("why is my job pending")."""
+        rec = self.jobs[job_id]
+        if rec.state is not None and rec.state.waiting:
+            return self.policy.waiting_status(job_id)
+        assert rec.status is not None
+        return rec.status
+
+    @property
+    def active(self) -> int:
+        return len(self._views)
+
+    # -- inputs ------------------------------------------------------------------------------
+    def _on_submit(self, sub: SubmitJob, event_id: str, now: float) -> list[Effect]:
+        job_id = sub.job_id or f"job-{event_id}"
+        if job_id in self.jobs:
+            return []  # a re-delivered submission: already handled
+        try:
+            spec = sub.to_spec(job_id, now)
+        except ValidationError as exc:
+            msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            return self._reject(job_id, None, StatusCode.REJECTED_INVALID, msg, now)
+        if spec.gpus > self.cluster.total_gpus:
+            reason = f"needs {spec.gpus} GPUs; the cluster has {self.cluster.total_gpus}"
+            return self._reject(job_id, spec, StatusCode.REJECTED_TOO_LARGE, reason, now)
+        if spec.gpu_type is not None and spec.gpu_type not in self._types:
+            reason = f"GPU type {spec.gpu_type!r} not in cluster ({', '.join(sorted(self._types))})"
+            return self._reject(job_id, spec, StatusCode.REJECTED_TOO_LARGE, reason, now)
+        rec = JobRecord(spec=spec, accounted_at=now)
+        self.jobs[job_id] = rec
+        effects: list[Effect] = [
+            self._transition(rec, JobState.QUEUED, "admitted", now, with_spec=True)
+        ]
+        view = rec.view()
+        self._views[job_id] = view
+        self._waiting_sizes[spec.gpus] += 1
+        self.policy.job_added(view)
+        effects += self._request_cycle(now, "arrival")
+        return effects
+
+    def _reject(
+        self, job_id: str, spec: JobSpec | None, code: StatusCode, reason: str, now: float
+    ) -> list[Effect]:
+        status = Status(code=code, reason=reason, decided_by="admission")
+        if spec is None:
+            # Keep a record so the rejection is visible, with a placeholder spec.
+            return [Publish(subjects.JOB_TRANSITION, JobTransition(
+                job_id=job_id, state=JobState.REJECTED, previous=None, cause=reason,
+                status=status))]
+        rec = JobRecord(spec=spec, status=status, accounted_at=now)
+        self.jobs[job_id] = rec
+        return [self._transition(rec, JobState.REJECTED, reason, now, with_spec=True)]
+
+    def _on_finished(self, msg: JobFinished, now: float) -> list[Effect]:
+        rec = self._running.get(msg.job_id)
+        if rec is None:
+            return []  # stale or duplicate report
+        rec.iterations_done = msg.iterations_done
+        rec.attained_s += now - rec.accounted_at
+        rec.accounted_at = now
+        rec.ended_at = now
+        del self._running[msg.job_id]
+        del self._views[msg.job_id]
+        self.policy.job_removed(msg.job_id)
+        rec.status = Status(code=StatusCode.FINISHED, reason="completed", decided_by=msg.node_id)
+        effects: list[Effect] = [self._transition(rec, JobState.FINISHED, "completed", now)]
+        return effects + self._request_cycle(now, "completion")
+
+    def _on_status(self, msg: NodeStatus) -> None:
+        for p in msg.jobs:
+            rec = self._running.get(p.job_id)
+            if rec is not None:
+                rec.iterations_done = p.iterations_done
+
+    # -- cycles ------------------------------------------------------------------------------
+    def _request_cycle(self, now: float, trigger: str) -> list[Effect]:
+        if self.config.replan == "round":
+            if self._tick_armed:
+                return []
+            self._tick_armed = True
+            r = self.config.round_s
+            return [SetTimer("tick", math.ceil(now / r) * r, PRIORITY_CYCLE)]
+        if self._cycle_requested:
+            return []
+        self._cycle_requested = True
+        self._trigger = trigger
+        return [SetTimer("cycle", now, PRIORITY_CYCLE)]
+
+    def _open_cycle(self, key: Hashable, now: float) -> list[Effect]:
+        self.cycle += 1
+        self._cycle_requested = False
+        effects: list[Effect] = []
+        if self._running:
+            from schemas.events import CycleStarted
+
+            trigger = "round" if key == "tick" else self._trigger
+            effects.append(Publish(subjects.CYCLE_STARTED, CycleStarted(cycle=self.cycle,
+                                                                        trigger=trigger)))
+        effects.append(SetTimer("plan", now, PRIORITY_PLAN))
+        if key == "tick":
+            self._tick_armed = False
+            if self._views:
+                self._tick_armed = True
+                effects.append(SetTimer("tick", now + self.config.round_s, PRIORITY_CYCLE))
+        return effects
+
+    def _plan(self, now: float) -> list[Effect]:
+        running_views = []
+        for rec in self._running.values():
+            rec.attained_s += now - rec.accounted_at
+            rec.accounted_at = now
+            view = rec.view()
+            self._views[rec.spec.job_id] = view
+            running_views.append(view)
+        snap = Snapshot(
+            now=now,
+            cluster=self.cluster,
+            jobs=MappingProxyType(self._views),
+            running=tuple(running_views),
+            waiting_sizes=MappingProxyType(self._waiting_sizes),
+        )
+        previous = {jid: rec.placement for jid, rec in self._running.items()}
+        fit = CyclePlacement(self.cluster, self.policy.placement, previous)
+        plan = self.policy.plan(snap, fit)
+        self.last_plan = plan
+        return self._apply(plan, now)
+
+    def _apply(self, plan: Plan, now: float) -> list[Effect]:
+        transitions: list[Effect] = []
+        stops: list[Stop] = []
+        launches: list[Launch] = []
+        for jid in [j for j in self._running if j not in plan.run]:
+            rec = self._running.pop(jid)
+            rec.preemptions += 1
+            rec.placement = ()
+            stops.append(Stop(job_id=jid, reason="preempted"))
+            transitions.append(self._transition(rec, JobState.PREEMPTED, "preempted", now))
+            view = rec.view()
+            self._views[jid] = view
+            self._waiting_sizes[rec.spec.gpus] += 1
+        for jid, slots in plan.run.items():
+            rec = self.jobs[jid]
+            if rec.state is JobState.RUNNING:
+                if rec.placement == slots:
+                    continue
+                stops.append(Stop(job_id=jid, reason="migrated"))
+                cause = "migrated"
+            else:
+                self._waiting_sizes[rec.spec.gpus] -= 1
+                cause = "resumed" if rec.state is JobState.PREEMPTED else "started"
+                if rec.started_at is None:
+                    rec.started_at = now
+                self._running[jid] = rec
+            rec.placement = slots
+            rec.accounted_at = now
+            rec.status = Status(code=StatusCode.RUNNING, reason=cause, decided_by=self.policy.name)
+            launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
+                                   iterations_done=rec.iterations_done))
+            transitions.append(self._transition(rec, JobState.RUNNING, cause, now))
+            self._views[jid] = rec.view()
+        effects: list[Effect] = []
+        if stops or launches:
+            busy = sum(r.spec.gpus for r in self._running.values())
+            effects.append(Publish(subjects.PLAN_DECIDED, PlanDecided(
+                cycle=self.cycle, launches=tuple(launches), stops=tuple(stops),
+                running=len(self._running), busy_gpus=busy)))
+        effects += transitions
+        if self.config.replan == "event":
+            # Always re-arm or clear: a stale wake-up would add a cycle the policy did not ask for.
+            if plan.wakeup_at is not None:
+                effects.append(SetTimer("wakeup", plan.wakeup_at, PRIORITY_INPUT))
+            elif self._wakeup_armed:
+                effects.append(CancelTimer("wakeup"))
+            self._wakeup_armed = plan.wakeup_at is not None
+        return effects
+
+    def _transition(
+        self, rec: JobRecord, state: JobState, cause: str, now: float, *, with_spec: bool = False
+    ) -> Publish:
+        check(rec.state, state, rec.spec.job_id)
+        rec.history.append(Transition(now, rec.state, state, cause))
+        previous, rec.state = rec.state, state
+        gpus = rec.spec.gpus if state is JobState.RUNNING else 0
+        return Publish(subjects.JOB_TRANSITION, JobTransition(
+            job_id=rec.spec.job_id, state=state, previous=previous, cause=cause, gpus=gpus,
+            placement=rec.placement if state is JobState.RUNNING else (),
+            iterations_done=rec.iterations_done, status=rec.status,
+            spec=rec.spec if with_spec else None))

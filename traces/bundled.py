@@ -1,0 +1,170 @@
+"""The traces and cluster specs shipped in `traces/data/`, and name resolution for both."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from traces.errors import TraceError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+@dataclass(frozen=True)
+class BundledTrace:
+    name: str
+    format: str
+    path: Path
+    description: str
+
+
+def _trace(name: str, fmt: str, relpath: str, description: str) -> BundledTrace:
+    return BundledTrace(name, fmt, DATA_DIR / relpath, description)
+
+
+_MURI = "muri/simulator/trace-data"
+_TRACES: tuple[BundledTrace, ...] = (
+    *(
+        _trace(f"muri/trace{i}", "muri", f"{_MURI}/trace{i}.csv", f"Muri simulator trace {i}")
+        for i in range(1, 5)
+    ),
+    *(
+        _trace(
+            f"muri/trace{i}_pr",
+            "muri",
+            f"{_MURI}/trace{i}_pr.csv",
+            f"Muri trace {i} with every job submitted at time 0",
+        )
+        for i in range(1, 5)
+    ),
+    _trace(
+        "muri/testbed",
+        "muri",
+        "muri/cluster_exp/trace-data/cluster_trace.csv",
+        "Muri 400-job testbed trace (8 x 8 V100)",
+    ),
+    _trace("tiresias/60_job", "tiresias", "tiresias/60_job.csv", "Tiresias 60-job example"),
+    _trace(
+        "elasticflow/elasticVpollux_e",
+        "elasticflow",
+        "elasticflow/traces_for_ElasticFlow/elasticVpollux_e.csv",
+        "ElasticFlow vs Pollux, 195 jobs on Pollux/T4 models (paper Fig. 8a)",
+    ),
+    _trace(
+        "elasticflow/philly_103959",
+        "elasticflow",
+        "elasticflow/traces_for_ElasticFlow/philly_103959.csv",
+        "ElasticFlow trace of Philly virtual cluster 103959",
+    ),
+    _trace(
+        "elasticflow/resnet_cifar",
+        "elasticflow",
+        "elasticflow/traces_for_ElasticFlow/resnet_cifar_trace.csv",
+        "ElasticFlow 5-job ResNet50/CIFAR-10 trace",
+    ),
+    _trace(
+        "itp/195job",
+        "itp",
+        "itp/elasticflow-traces/195job.csv",
+        "Microsoft ITP 195-job testbed trace used by ElasticFlow",
+    ),
+    _trace(
+        "itp/cluster10",
+        "itp",
+        "itp/elasticflow-traces/cluster10.csv",
+        "Microsoft ITP cluster 10 (the smallest) with ElasticFlow deadlines",
+    ),
+)
+_TRACES_BY_NAME = {t.name: t for t in _TRACES}
+
+# Cluster-spec origins in the order plain names (e.g. "n8g8") are resolved; the prefix is the
+# namespace that picks one origin explicitly. None = every CSV in the folder.
+_CLUSTER_ORIGINS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
+    ("muri", "muri/simulator/cluster_spec", None),
+    ("tiresias", "tiresias", ("cluster_spec", "n1g4", "n32g4", "n160g8", "n256g8")),
+    ("elasticflow", "elasticflow/cluster_specs", None),
+    ("muri/testbed", "muri/cluster_exp/cluster_specs", None),
+)
+
+
+def _natural(text: str) -> list[int | str]:
+    """Sort key putting n2g8 before n16g4."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
+def _cluster_table() -> dict[str, Path]:
+    table: dict[str, Path] = {}
+    for prefix, folder, stems in _CLUSTER_ORIGINS:
+        directory = DATA_DIR / folder
+        names = stems if stems is not None else tuple(p.stem for p in directory.glob("*.csv"))
+        for stem in sorted(names, key=_natural):
+            table[f"{prefix}/{stem}"] = directory / f"{stem}.csv"
+    return table
+
+
+_CLUSTERS = _cluster_table()
+
+
+def bundled_traces() -> list[BundledTrace]:
+    """Every bundled trace, in a stable order."""
+    return list(_TRACES)
+
+
+def bundled_clusters() -> list[str]:
+    """Namespaced names of every bundled cluster spec, in plain-name resolution order."""
+    return list(_CLUSTERS)
+
+
+def _unknown(kind: str, name: str, available: list[str]) -> TraceError:
+    # Compare the last path component too, so "n9g8" suggests "elasticflow/n8g8".
+    by_tail: dict[str, list[str]] = {}
+    for n in available:
+        by_tail.setdefault(n.rsplit("/", 1)[-1], []).append(n)
+    close = difflib.get_close_matches(name, available, n=5, cutoff=0.6)
+    for tail in difflib.get_close_matches(name.rsplit("/", 1)[-1], by_tail, n=3, cutoff=0.6):
+        close += by_tail[tail]
+    hint = f"close matches: {', '.join(dict.fromkeys(close))}; " if close else ""
+    return TraceError(
+        name,
+        None,
+        None,
+        f"no bundled {kind} or file of that name; {hint}available: {', '.join(available)}",
+    )
+
+
+def resolve_trace(name_or_path: str | Path) -> tuple[str, Path]:
+    """(trace name, file) for a bundled name or a path.
+
+    A `Path` is always a file. A string is a bundled name if one matches, else a file path;
+    checking names first keeps a bundled name meaning the same whatever the working directory.
+    """
+    if isinstance(name_or_path, str):
+        bundled = _TRACES_BY_NAME.get(name_or_path)
+        if bundled is not None:
+            return bundled.name, bundled.path
+        if not Path(name_or_path).is_file():
+            raise _unknown("trace", name_or_path, list(_TRACES_BY_NAME))
+    path = Path(name_or_path)
+    return path.stem, path
+
+
+def resolve_cluster(name_or_path: str | Path) -> Path:
+    """The spec file for a cluster name or path.
+
+    Namespaced names (`muri/n8g8`, `tiresias/n32g4`, `elasticflow/n8g8`, `muri/testbed/n4g8`)
+    pick one origin; a plain name (`n8g8`) takes the first origin that has it, in the order
+    Muri simulator, Tiresias, ElasticFlow, Muri testbed. Strings that are not bundled names
+    are paths; `Path` objects always are.
+    """
+    if isinstance(name_or_path, str):
+        if name_or_path in _CLUSTERS:
+            return _CLUSTERS[name_or_path]
+        for prefix, _, _ in _CLUSTER_ORIGINS:
+            path = _CLUSTERS.get(f"{prefix}/{name_or_path}")
+            if path is not None:
+                return path
+        if not Path(name_or_path).is_file():
+            raise _unknown("cluster", name_or_path, list(_CLUSTERS))
+    return Path(name_or_path)
