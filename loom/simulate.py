@@ -56,7 +56,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
     policy = policies.make(cfg.policy)
     overhead = parse_overhead(cfg.overhead)
     replan = "round" if cfg.round_s is not None else policy.replan
-    sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0)
+    sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0, overhead=overhead)
 
     kernel = SimKernel()
     clock = VirtualClock(kernel)

@@ -12,10 +12,10 @@ of snapshots always yields the same plans.
 from __future__ import annotations
 
 import abc
-from collections import Counter
-from collections.abc import Iterable, Mapping
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
@@ -25,35 +25,33 @@ from schemas.status import Status, StatusCode
 Replan = Literal["event", "round"]
 
 
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """One active job as a policy sees it at the snapshot's time."""
+class JobView(NamedTuple):
+    """One active job as a policy sees it at the snapshot's time (immutable).
+
+    A NamedTuple because the scheduler builds one per running job per cycle; derived
+    quantities are computed once, by `make`, since policies read them many times.
+    """
 
     spec: JobSpec
+    job_id: str
+    gpus: int
     running: bool
     iterations_done: float
-    attained_s: float  # wall-clock seconds it has held GPUs (Tiresias' "executed time")
-    preemptions: int = 0
+    remaining_iterations: float
+    remaining_s: float  # at the trace's iteration time
+    attained_s: float  # seconds it has held GPUs (Tiresias' "executed time")
+    preemptions: int
 
-    @property
-    def job_id(self) -> str:
-        return self.spec.job_id
-
-    @property
-    def gpus(self) -> int:
-        return self.spec.gpus
-
-    @property
-    def remaining_iterations(self) -> float:
-        return max(self.spec.iterations - self.iterations_done, 0.0)
-
-    @property
-    def remaining_s(self) -> float:
-        return self.remaining_iterations * self.spec.iteration_time_s
+    @classmethod
+    def make(cls, spec: JobSpec, running: bool, iterations_done: float, attained_s: float,
+             preemptions: int = 0) -> JobView:
+        remaining = max(spec.iterations - iterations_done, 0.0)
+        return cls(spec, spec.job_id, spec.gpus, running, iterations_done, remaining,
+                   remaining * spec.iteration_time_s, attained_s, preemptions)
 
     @property
     def attained_gpu_s(self) -> float:
-        return self.attained_s * self.spec.gpus
+        return self.attained_s * self.gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +60,6 @@ class Snapshot:
     cluster: ClusterSpec
     jobs: Mapping[str, JobView]  # every active (waiting or running) job
     running: tuple[JobView, ...]
-    waiting_sizes: Mapping[int, int]  # how many waiting jobs need each GPU count
-
-    def all_sizes(self) -> Counter[int]:
-        sizes = Counter(self.waiting_sizes)
-        for j in self.running:
-            sizes[j.gpus] += 1
-        return sizes
 
 
 class Fitter(Protocol):
@@ -111,43 +102,50 @@ class Policy(abc.ABC):
         """Why a waiting job is waiting, as of the last plan (queue position where ordered)."""
 
 
-def greedy_fill(
-    order: Iterable[JobView], fit: Fitter, sizes: Counter[int], decided_by: str
-) -> Plan:
-    """Place jobs in priority order, all-or-nothing, skipping those that do not fit.
+Ranked = tuple[Any, str]  # (sort key, job id): lower key runs first
+Stream = tuple[int | None, Iterator[Ranked]]  # (GPU count of every job in it, or None; items)
 
-    This is the loop of the Tiresias and Muri simulators (no head-of-line blocking). `sizes`
-    counts the GPU demands of every job in `order`; with a monotone fitter the walk stops as
-    soon as no remaining job can fit, so a long queue costs nothing once the cluster is full.
+
+def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fitter,
+                decided_by: str) -> Plan:
+    """Place jobs in merged key order, all-or-nothing, skipping those that do not fit.
+
+    This is the loop of the Tiresias and Muri simulators (no head-of-line blocking). Each
+    stream is already sorted; a stream whose jobs all need the same GPU count is dropped as
+    soon as that count cannot fit (a monotone fitter guarantees no larger gang fits either),
+    so a cycle costs O(placed · log streams), not O(queue length).
     """
     plan = Plan()
-    remaining = Counter(sizes)
+    heads: list[tuple[Any, str, int]] = []
+    sources: list[Stream] = list(streams)
+    for i, (_, items) in enumerate(sources):
+        first = next(items, None)
+        if first is not None:
+            heads.append((first[0], first[1], i))
+    heapq.heapify(heads)
     smallest_unfit = 1 << 30
-
-    def nothing_fits() -> bool:
+    while heads and fit.free_gpus > 0:
         limit = min(smallest_unfit, fit.free_gpus + 1)
-        return not any(n > 0 and g < limit for g, n in remaining.items())
-
-    for job in order:
-        g = job.gpus
-        remaining[g] -= 1
-        if g >= smallest_unfit or g > fit.free_gpus:
-            continue
-        slots = fit.try_place(job.job_id, g)
-        if slots is None:
-            plan.blocked[job.job_id] = Status(
-                code=StatusCode.WAITING_FOR_CONSOLIDATED_GPUS,
-                reason=fit.explain(g),
-                decided_by=decided_by,
-            )
-            if fit.monotone:
-                smallest_unfit = g
-        else:
-            plan.run[job.job_id] = slots
-            if fit.free_gpus == 0:
-                break
-        if fit.monotone and nothing_fits():
-            break
+        _, job_id, i = heapq.heappop(heads)
+        size, items = sources[i]
+        if size is not None and size >= limit:
+            continue  # nothing in this stream can fit any more
+        g = jobs[job_id].gpus
+        if g < limit:
+            slots = fit.try_place(job_id, g)
+            if slots is not None:
+                plan.run[job_id] = slots
+            else:
+                plan.blocked[job_id] = Status(
+                    code=StatusCode.WAITING_FOR_CONSOLIDATED_GPUS,
+                    reason=fit.explain(g),
+                    decided_by=decided_by,
+                )
+                if fit.monotone:
+                    smallest_unfit = g
+        nxt = next(items, None)
+        if nxt is not None:
+            heapq.heappush(heads, (nxt[0], nxt[1], i))
     return plan
 
 

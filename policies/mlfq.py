@@ -14,9 +14,7 @@ for a waiting one, so a waiting job's key never changes while it waits.
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Iterator
 from typing import ClassVar
 
 from policies.base import Fitter, JobView, Plan, Snapshot, greedy_fill
@@ -52,7 +50,7 @@ class DiscretisedLas(OrderedPolicy):
         return k
 
     def job_added(self, job: JobView) -> None:
-        self._enqueue(job.job_id, self._append(job.job_id, 0))
+        self._enqueue(job, self._append(job.job_id, 0))
 
     def job_removed(self, job_id: str) -> None:
         super().job_removed(job_id)
@@ -66,18 +64,10 @@ class DiscretisedLas(OrderedPolicy):
             if q < last and self.attained(job) >= self.limits[q]:
                 self._append(job.job_id, q + 1)
         running = sorted((self._key[v.job_id], v.job_id) for v in snap.running)
-        jobs = snap.jobs
-        walk: list[str] = []
-
-        def order() -> Iterator[JobView]:
-            for _, jid in heapq.merge(running, self._waiting):
-                walk.append(jid)
-                yield jobs[jid]
-
-        plan = greedy_fill(order(), fit, snap.all_sizes(), self.name)
+        plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)
         for jid in plan.run:
             super().job_removed(jid)
-        for rank, jid in enumerate(j for j in walk if j in plan.run):
+        for rank, jid in enumerate(plan.run):  # plan.run is in walk order
             self._key[jid] = (self._queue[jid], 0, rank)
         # A preempted job keeps its place in the walk: one that ran last cycle goes in front of
         # its queue's waiting jobs; one demoted this cycle stays at the back of its new queue.
@@ -87,7 +77,7 @@ class DiscretisedLas(OrderedPolicy):
                 self._front -= 1
                 k = (self._queue[jid], 1, self._front)
                 self._key[jid] = k
-            self._enqueue(jid, k)
+            self._enqueue(snap.jobs[jid], k)
         plan.wakeup_at = self._next_demotion(snap, plan)
         self._last = plan
         return plan

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import heapq
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -14,6 +13,7 @@ from policies.base import (
     Plan,
     Policy,
     Snapshot,
+    Stream,
     greedy_fill,
     status_for_waiting,
 )
@@ -23,40 +23,48 @@ Key = tuple[Any, ...]
 
 
 class OrderedPolicy(Policy):
-    """Rank by `key` (lower runs first); waiting jobs live in a sorted index between cycles.
+    """Rank by `key` (lower runs first); waiting jobs live in sorted indexes between cycles.
 
     `key` must not change while a job waits (it may change while the job runs): that is what
-    lets a cycle cost O(running + placed) instead of re-sorting the whole queue.
+    lets a cycle cost O(running + placed) instead of re-sorting the whole queue. The index is
+    split by GPU count, so the walk can drop every job of a size that no longer fits at once.
     """
 
     def __init__(self) -> None:
-        self._waiting: SortedList = SortedList()  # (key, job_id)
-        self._wkey: dict[str, Key] = {}
+        self._buckets: dict[int, SortedList] = {}  # GPU count → sorted (key, job_id)
+        self._wkey: dict[str, tuple[Key, int]] = {}
         self._last: Plan | None = None
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
 
     def job_added(self, job: JobView) -> None:
-        self._enqueue(job.job_id, self.key(job))
+        self._enqueue(job, self.key(job))
 
     def job_removed(self, job_id: str) -> None:
-        k = self._wkey.pop(job_id, None)
-        if k is not None:
-            self._waiting.remove((k, job_id))
+        entry = self._wkey.pop(job_id, None)
+        if entry is not None:
+            k, gpus = entry
+            self._buckets[gpus].remove((k, job_id))
 
-    def _enqueue(self, job_id: str, k: Key) -> None:
-        self._wkey[job_id] = k
-        self._waiting.add((k, job_id))
+    def _enqueue(self, job: JobView, k: Key) -> None:
+        self._wkey[job.job_id] = (k, job.gpus)
+        bucket = self._buckets.get(job.gpus)
+        if bucket is None:
+            bucket = self._buckets[job.gpus] = SortedList()
+        bucket.add((k, job.job_id))
+
+    def streams(self, running: list[tuple[Key, str]]) -> list[Stream]:
+        out: list[Stream] = [(None, iter(running))]
+        out += [(g, iter(b)) for g, b in self._buckets.items() if b]
+        return out
 
     def running_keys(self, snap: Snapshot) -> list[tuple[Key, str]]:
         return sorted((self.key(v), v.job_id) for v in snap.running)
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
-        jobs = snap.jobs
         running = self.running_keys(snap)
-        order = (jobs[jid] for _, jid in heapq.merge(running, self._waiting))
-        plan = greedy_fill(order, fit, snap.all_sizes(), self.name)
+        plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)
         self.settle(snap, plan, running)
         self._last = plan
         return plan
@@ -67,11 +75,16 @@ class OrderedPolicy(Policy):
             self.job_removed(jid)
         for _, jid in running:
             if jid not in plan.run:
-                self._enqueue(jid, self.key(snap.jobs[jid]))
+                job = snap.jobs[jid]
+                self._enqueue(job, self.key(job))
 
     def queue_position(self, job_id: str) -> int | None:
-        k = self._wkey.get(job_id)
-        return None if k is None else self._waiting.index((k, job_id)) + 1
+        """1-based rank among waiting jobs (what `loom status` shows)."""
+        entry = self._wkey.get(job_id)
+        if entry is None:
+            return None
+        item = (entry[0], job_id)
+        return 1 + sum(int(b.bisect_left(item)) for b in self._buckets.values())
 
     def waiting_status(self, job_id: str) -> Status:
         return status_for_waiting(job_id, self._last, self.queue_position(job_id), self.name)

@@ -43,15 +43,12 @@ class CycleStarted(_Body):
     trigger: str
 
 
-class JobProgress(_Body):
-    job_id: str
-    iterations_done: float
-
-
 class NodeStatus(_Body):
+    """Progress of the jobs a node leads: job id → iterations done."""
+
     node_id: str
     cycle: int
-    jobs: tuple[JobProgress, ...] = ()
+    progress: dict[str, float] = Field(default_factory=dict)
 
 
 class Launch(_Body):

@@ -81,3 +81,15 @@ def parse_overhead(text: str) -> OverheadModel:
     raise ValueError(
         f"unknown overhead model {text!r}; use none, muri, elasticflow or flat:SECONDS"
     )
+
+
+def advance(remaining: float, last: float, ready_at: float, now: float, iteration_s: float,
+            lost_s: float) -> float:
+    """Iterations left after running from `last` to `now`.
+
+    Progress starts at `ready_at` (after a restart) and the interval loses `lost_s` seconds
+    (a per-event charge). Node agents account with this; the scheduler uses the same function
+    to estimate progress between reports, so in a simulation the estimate is exact.
+    """
+    useful = now - max(last, ready_at) - lost_s
+    return remaining - useful / iteration_s if useful > 0 else remaining

@@ -2,9 +2,9 @@
 
 Only the first node of a job's placement (its leader) accounts progress and reports the finish;
 the other nodes of a gang just hold their GPUs. At each scheduling cycle the node closes every
-running job's interval (charging the model's per-event cost), reports progress, and re-arms the
-job's completion timer: completion = now + remaining iterations × iteration time, as the Muri
-and Tiresias simulators predict it.
+running job's interval (charging the model's per-event cost) and re-arms the job's completion
+timer: completion = now + remaining iterations × iteration time, as the Muri and Tiresias
+simulators predict it. When it stops a job it reports the progress the job had reached.
 """
 
 from __future__ import annotations
@@ -14,17 +14,9 @@ from dataclasses import dataclass
 
 from schemas import subjects
 from schemas.cluster import NodeSpec
-from schemas.events import (
-    CycleStarted,
-    Envelope,
-    JobFinished,
-    JobProgress,
-    Launch,
-    NodeCommand,
-    NodeStatus,
-)
+from schemas.events import CycleStarted, Envelope, JobFinished, Launch, NodeCommand, NodeStatus
 from schemas.job import JobSpec
-from services.nodeagent.overhead import OverheadModel
+from services.nodeagent.overhead import OverheadModel, advance
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 from services.runtime.service import Subscribe
 
@@ -38,6 +30,16 @@ class _Run:
     ready_at: float  # restart overhead ends here
     iteration_s: float
     per_event_s: float
+
+    def advance(self, now: float, interrupted: bool) -> None:
+        lost = self.per_event_s if interrupted else 0.0
+        self.remaining = advance(self.remaining, self.last, self.ready_at, now,
+                                 self.iteration_s, lost)
+        self.last = now
+
+    def finish_timer(self, now: float) -> SetTimer:
+        at = max(now, self.ready_at) + max(self.remaining, 0.0) * self.iteration_s
+        return SetTimer(("finish", self.spec.job_id), at, PRIORITY_INPUT)
 
 
 class SimNodeCore:
@@ -57,7 +59,7 @@ class SimNodeCore:
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
         if isinstance(body, CycleStarted):
-            return self._on_cycle(body.cycle, now)
+            return self._on_cycle(now)
         if isinstance(body, NodeCommand):
             return self._on_command(body, now)
         raise TypeError(f"node agent does not handle {env.type}")
@@ -69,40 +71,26 @@ class SimNodeCore:
             job_id=run.spec.job_id, node_id=self.node.node_id,
             iterations_done=float(run.spec.iterations)))]
 
-    def _advance(self, run: _Run, now: float, interrupted: bool) -> None:
-        start = max(run.last, run.ready_at)
-        useful = now - start - (run.per_event_s if interrupted else 0.0)
-        if useful > 0:
-            run.remaining -= useful / run.iteration_s
-        run.last = now
-
-    def _finish_timer(self, run: _Run, now: float) -> SetTimer:
-        at = max(now, run.ready_at) + max(run.remaining, 0.0) * run.iteration_s
-        return SetTimer(("finish", run.spec.job_id), at, PRIORITY_INPUT)
-
-    def _progress(self, run: _Run) -> JobProgress:
-        return JobProgress(job_id=run.spec.job_id,
-                           iterations_done=run.spec.iterations - run.remaining)
-
-    def _on_cycle(self, cycle: int, now: float) -> list[Effect]:
+    def _on_cycle(self, now: float) -> list[Effect]:
         effects: list[Effect] = []
-        report = []
         for run in self.jobs.values():
             if run.leader:
-                self._advance(run, now, interrupted=True)
-                report.append(self._progress(run))
-                effects.append(self._finish_timer(run, now))
-        if report:
-            effects.append(Publish(subjects.NODE_STATUS, NodeStatus(
-                node_id=self.node.node_id, cycle=cycle, jobs=tuple(report))))
+                run.advance(now, interrupted=True)
+                effects.append(run.finish_timer(now))
         return effects
 
     def _on_command(self, cmd: NodeCommand, now: float) -> list[Effect]:
         effects: list[Effect] = []
+        stopped: dict[str, float] = {}
         for stop in cmd.stops:
             run = self.jobs.pop(stop.job_id, None)
             if run is not None and run.leader:
+                run.advance(now, interrupted=False)
+                stopped[stop.job_id] = run.spec.iterations - run.remaining
                 effects.append(CancelTimer(("finish", stop.job_id)))
+        if stopped:
+            effects.append(Publish(subjects.NODE_STATUS, NodeStatus(
+                node_id=self.node.node_id, cycle=cmd.cycle, progress=stopped)))
         for launch in cmd.launches:
             effects += self._launch(launch, now)
         return effects
@@ -120,4 +108,4 @@ class SimNodeCore:
             per_event_s=self.overhead.per_event(spec),
         )
         self.jobs[spec.job_id] = run
-        return [self._finish_timer(run, now)] if leader else []
+        return [run.finish_timer(now)] if leader else []

@@ -15,6 +15,7 @@ gang of g GPUs does not fit, no bigger gang fits either, which lets policies ski
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -26,29 +27,61 @@ Scheme = Literal["consolidated", "count"]
 SCHEMES: tuple[Scheme, ...] = ("consolidated", "count")
 
 
+@functools.cache
+def _mask(gpus: tuple[int, ...]) -> int:
+    m = 0
+    for i in gpus:
+        m |= 1 << i
+    return m
+
+
+def _indices(mask: int) -> tuple[int, ...]:
+    out = []
+    i = 0
+    while mask:
+        if mask & 1:
+            out.append(i)
+        mask >>= 1
+        i += 1
+    return tuple(out)
+
+
+def _lowest(mask: int, k: int) -> int:
+    """The k lowest set bits of mask."""
+    out = 0
+    while k and mask:
+        bit = mask & -mask
+        out |= bit
+        mask ^= bit
+        k -= 1
+    return out
+
+
 @dataclass(slots=True)
 class _Node:
+    """One node's GPUs as bitmasks: bit i set in `free` means GPU i is free this cycle."""
+
     node_id: str
     switch: str
     size: int
-    free: list[bool]
-    n_free: int
-    held: list[bool]  # GPU is held by a running job not yet re-placed this cycle
+    free: int
+    held: int  # held by a running job not yet re-placed this cycle
+
+    @property
+    def n_free(self) -> int:
+        return self.free.bit_count()
 
     def unheld_free(self) -> int:
-        return sum(1 for f, h in zip(self.free, self.held, strict=True) if f and not h)
+        return (self.free & ~self.held).bit_count()
 
     def take(self, k: int) -> tuple[int, ...]:
         """Take k free GPUs, unheld ones first, lowest index first."""
-        picked = [i for i in range(self.size) if self.free[i] and not self.held[i]][:k]
-        if len(picked) < k:
-            picked += [i for i in range(self.size) if self.free[i] and self.held[i]][
-                : k - len(picked)
-            ]
-        for i in picked:
-            self.free[i] = False
-        self.n_free -= len(picked)
-        return tuple(sorted(picked))
+        picked = _lowest(self.free & ~self.held, k)
+        short = k - picked.bit_count()
+        if short:
+            picked |= _lowest(self.free & self.held, short)
+        self.free &= ~picked
+        return _indices(picked)
 
 
 class CyclePlacement:
@@ -64,8 +97,7 @@ class CyclePlacement:
             raise ValueError(f"unknown placement scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         self.scheme = scheme
         self._nodes = [
-            _Node(n.node_id, n.switch_id, n.gpus, [True] * n.gpus, n.gpus, [False] * n.gpus)
-            for n in cluster.nodes
+            _Node(n.node_id, n.switch_id, n.gpus, (1 << n.gpus) - 1, 0) for n in cluster.nodes
         ]
         self._by_id = {n.node_id: n for n in self._nodes}
         self._switches: dict[str, list[_Node]] = {}
@@ -73,13 +105,15 @@ class CyclePlacement:
             self._switches.setdefault(n.switch, []).append(n)
         self.free_gpus = cluster.total_gpus
         self._previous = dict(previous or {})
-        for slots in self._previous.values():
-            for node_id, gpus in slots:
-                node = self._by_id.get(node_id)
-                if node is not None:
-                    for i in gpus:
-                        if i < node.size:
-                            node.held[i] = True
+        # Each running job's GPUs as (node, mask), or None if they no longer exist.
+        self._held: dict[str, list[tuple[_Node, int]] | None] = {}
+        for job_id, slots in self._previous.items():
+            held = [(self._by_id.get(node_id), _mask(gpus)) for node_id, gpus in slots]
+            valid = [(n, m) for n, m in held if n is not None and not m >> n.size]
+            if len(valid) == len(held):
+                for node, m in valid:
+                    node.held |= m
+            self._held[job_id] = valid if len(valid) == len(held) else None
         self.placed: dict[str, GpuSlots] = {}
         self.monotone = True
 
@@ -99,7 +133,6 @@ class CyclePlacement:
     def try_place(self, job_id: str, gpus: int) -> GpuSlots | None:
         if gpus > self.free_gpus or gpus <= 0:
             return None
-        self._release_hold(job_id)
         slots = self._keep(job_id, gpus) or self._consolidated(gpus)
         if slots is None and self.scheme == "count":
             slots = self._spread(gpus)
@@ -108,28 +141,22 @@ class CyclePlacement:
             self.placed[job_id] = slots
         return slots
 
-    def _release_hold(self, job_id: str) -> None:
-        for node_id, gpus in self._previous.get(job_id, ()):
-            node = self._by_id.get(node_id)
-            if node is not None:
-                for i in gpus:
-                    if i < node.size:
-                        node.held[i] = False
-
     def _keep(self, job_id: str, gpus: int) -> GpuSlots | None:
-        prev = self._previous.get(job_id)
-        if not prev or sum(len(g) for _, g in prev) != gpus:
+        """Give a running job back its own GPUs if they are all still free."""
+        if job_id not in self._held:
             return None
-        for node_id, idx in prev:
-            node = self._by_id.get(node_id)
-            if node is None or any(i >= node.size or not node.free[i] for i in idx):
-                return None
-        for node_id, idx in prev:
-            node = self._by_id[node_id]
-            for i in idx:
-                node.free[i] = False
-            node.n_free -= len(idx)
-        return prev
+        held = self._held.pop(job_id)
+        if held is None:
+            return None
+        for node, m in held:
+            node.held &= ~m  # no longer reserved for it, whatever happens next
+        if sum(m.bit_count() for _, m in held) != gpus:
+            return None
+        if any(node.free & m != m for node, m in held):
+            return None
+        for node, m in held:
+            node.free &= ~m
+        return self._previous[job_id]
 
     def _consolidated(self, gpus: int) -> GpuSlots | None:
         single = [n for n in self._nodes if n.size >= gpus]

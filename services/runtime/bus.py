@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from schemas import subjects
@@ -112,7 +113,7 @@ class MemoryBus:
         self.stats.published += 1
         subs = self._routes.match(subject)
         if subs:
-            self.kernel.schedule(self.kernel.now, PRIORITY_INPUT, lambda: self._deliver(subs, env))
+            self.kernel.push(self.kernel.now, PRIORITY_INPUT, partial(self._deliver, subs, env))
         return True
 
     async def _deliver(self, subs: list[Subscription], env: Envelope) -> None:

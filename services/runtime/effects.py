@@ -9,8 +9,7 @@ from pydantic import BaseModel
 
 # Ordering of work that happens at the same virtual instant (lower runs first).
 PRIORITY_INPUT = 0  # messages, arrivals, completions
-PRIORITY_CYCLE = 10  # a scheduling cycle opens after every input at that instant
-PRIORITY_PLAN = 20  # ...and plans once node agents have reported
+PRIORITY_CYCLE = 10  # a scheduling cycle runs after every input at that instant
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 Action = Callable[[], Awaitable[None]]
 
 
-@dataclass(order=True, slots=True)
 class Entry:
-    time: float
-    priority: int
-    seq: int
-    action: Action | None = field(compare=False)
+    """A scheduled action; `cancel()` makes the kernel skip it."""
+
+    __slots__ = ("action", "time")
+
+    def __init__(self, time: float, action: Action) -> None:
+        self.time = time
+        self.action: Action | None = action
 
     def cancel(self) -> None:
         self.action = None
@@ -28,7 +29,8 @@ class Entry:
 class SimKernel:
     def __init__(self, start: float = 0.0) -> None:
         self.now = start
-        self._heap: list[Entry] = []
+        # Plain tuples so heap comparisons stay in C: (time, priority, seq, entry or action).
+        self._heap: list[tuple[float, int, int, Entry | Action]] = []
         self._seq = 0
         self.steps = 0
 
@@ -36,9 +38,16 @@ class SimKernel:
         if when < self.now:
             raise ValueError(f"cannot schedule in the past: {when} < now {self.now}")
         self._seq += 1
-        entry = Entry(when, priority, self._seq, action)
-        heapq.heappush(self._heap, entry)
+        entry = Entry(when, action)
+        heapq.heappush(self._heap, (when, priority, self._seq, entry))
         return entry
+
+    def push(self, when: float, priority: int, action: Action) -> None:
+        """Like `schedule`, for work that is never cancelled (bus deliveries): no Entry."""
+        if when < self.now:
+            raise ValueError(f"cannot schedule in the past: {when} < now {self.now}")
+        self._seq += 1
+        heapq.heappush(self._heap, (when, priority, self._seq, action))
 
     @property
     def pending(self) -> int:
@@ -51,15 +60,16 @@ class SimKernel:
         every: int = 4096,
     ) -> None:
         heap = self._heap
+        pop = heapq.heappop
         while heap:
             if progress is not None and self.steps % every == 0:
                 progress()
-            if until is not None and heap[0].time > until:
+            if until is not None and heap[0][0] > until:
                 break
-            entry = heapq.heappop(heap)
-            action = entry.action
+            when, _, _, item = pop(heap)
+            action: Action | None = item.action if type(item) is Entry else item  # type: ignore[assignment]
             if action is None:
-                continue
-            self.now = entry.time
+                continue  # a cancelled timer
+            self.now = when
             self.steps += 1
             await action()

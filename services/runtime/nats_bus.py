@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
+from functools import partial
 from typing import Any
 
 import nats
@@ -136,9 +137,8 @@ class NatsSimBus:
             self._seen.add(msg_id)
         self.stats.published += 1
         subs = self._routes.match(subject)
-        self.kernel.schedule(
-            self.kernel.now, PRIORITY_INPUT, lambda: self._deliver(subs, subject, msg_id)
-        )
+        self.kernel.push(self.kernel.now, PRIORITY_INPUT,
+                         partial(self._deliver, subs, subject, msg_id))
         return True
 
     # -- delivery --------------------------------------------------------------------------

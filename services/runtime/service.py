@@ -9,6 +9,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from schemas import subjects
@@ -88,15 +89,16 @@ class Shell:
         )
 
     async def apply(self, effects: list[Effect], cause: str | None) -> None:
+        timers = self._timers
         for eff in effects:
             if type(eff) is Publish:
                 await self.bus.publish(eff.subject, self._wrap(eff.body, eff.event_id, cause))
             elif type(eff) is SetTimer:
-                old = self._timers.pop(eff.key, None)
+                key = eff.key
+                old = timers.pop(key, None)
                 if old is not None:
                     old.cancel()
-                key = eff.key
-                self._timers[key] = self.clock.call_at(eff.at, eff.priority, self._timer(key))
+                timers[key] = self.clock.call_at(eff.at, eff.priority, partial(self._fire, key))
             elif type(eff) is CancelTimer:
                 old = self._timers.pop(eff.key, None)
                 if old is not None:
@@ -104,15 +106,12 @@ class Shell:
             else:
                 raise TypeError(f"unknown effect {eff!r}")
 
-    def _timer(self, key: Hashable):  # type: ignore[no-untyped-def]
-        async def fire() -> None:
-            self._timers.pop(key, None)
-            try:
-                effects = self.core.on_timer(key, self.clock.now())
-            except Exception:
-                self.errors += 1
-                self.log.exception("timer failed", key=str(key))
-                return
-            await self.apply(effects, None)
-
-        return fire
+    async def _fire(self, key: Hashable) -> None:
+        self._timers.pop(key, None)
+        try:
+            effects = self.core.on_timer(key, self.clock.now())
+        except Exception:
+            self.errors += 1
+            self.log.exception("timer failed", key=str(key))
+            return
+        await self.apply(effects, None)

@@ -1,9 +1,14 @@
 """The scheduler core: admits jobs, runs scheduling cycles, records every transition.
 
-A cycle has two steps at one instant. `cycle` asks node agents for progress
-(`CycleStarted`); `plan`, scheduled just after at lower priority so every report is in, hands the
-policy a frozen snapshot and a fresh placement state, then publishes what changed
-(`PlanDecided`) and one `JobTransition` per job that moved.
+A cycle runs after every input at its instant (lower priority). It announces itself
+(`CycleStarted`, so node agents close their accounting), hands the policy a frozen snapshot and
+a fresh placement state, then publishes what changed (`PlanDecided`) and one `JobTransition` per
+job that moved.
+
+Progress of running jobs is an estimate between reports: the scheduler advances it with the
+same pure progress model the node agents use (`services.nodeagent.overhead.advance`), and any
+report from a node (a stop, a finish, a heartbeat) overrides it. In a simulation the estimate is
+exact, so no per-cycle status round trip is needed.
 
 Cycles are event-driven (an arrival, a completion or a policy wake-up asks for one) or
 round-based (one every `round_s`), chosen per run.
@@ -12,7 +17,6 @@ round-based (one every `round_s`), chosen per run.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -24,6 +28,7 @@ from policies.base import JobView, Plan, Policy, Snapshot
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.events import (
+    CycleStarted,
     Envelope,
     GpuSlots,
     JobFinished,
@@ -35,12 +40,12 @@ from schemas.events import (
 )
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
+from services.nodeagent.overhead import OverheadModel, advance, parse_overhead
 from services.placer.core import CyclePlacement
 from services.runtime.bus import decode_submit
 from services.runtime.effects import (
     PRIORITY_CYCLE,
     PRIORITY_INPUT,
-    PRIORITY_PLAN,
     CancelTimer,
     Effect,
     Publish,
@@ -57,6 +62,7 @@ NAME = "scheduler"
 class SchedulerConfig:
     replan: Replan = "event"
     round_s: float = 360.0
+    overhead: OverheadModel = field(default_factory=lambda: parse_overhead("none"))
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round"):
@@ -70,6 +76,9 @@ class JobRecord:
     spec: JobSpec
     state: JobState | None = None
     iterations_done: float = 0.0
+    remaining: float = 0.0  # estimated iterations left while running
+    progress_at: float = 0.0  # the estimate is as of this time
+    ready_at: float = 0.0  # a restart's overhead ends here
     attained_s: float = 0.0
     accounted_at: float = 0.0
     placement: GpuSlots = ()
@@ -80,10 +89,8 @@ class JobRecord:
     history: list[Transition] = field(default_factory=list)
 
     def view(self) -> JobView:
-        return JobView(
-            self.spec, self.state is JobState.RUNNING, self.iterations_done, self.attained_s,
-            self.preemptions,
-        )
+        return JobView.make(self.spec, self.state is JobState.RUNNING, self.iterations_done,
+                            self.attained_s, self.preemptions)
 
 
 class SchedulerCore:
@@ -96,7 +103,6 @@ class SchedulerCore:
         self.jobs: dict[str, JobRecord] = {}
         self._views: dict[str, JobView] = {}  # active jobs only
         self._running: dict[str, JobRecord] = {}
-        self._waiting_sizes: Counter[int] = Counter()
         self._types = set(cluster.gpus_by_type)
         self.cycle = 0
         self._cycle_requested = False
@@ -129,9 +135,7 @@ class SchedulerCore:
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
         if key == "cycle" or key == "tick":
-            return self._open_cycle(key, now)
-        if key == "plan":
-            return self._plan(now)
+            return self._cycle(key, now)
         if key == "wakeup":
             self._wakeup_armed = False
             return self._request_cycle(now, "wakeup")
@@ -173,7 +177,6 @@ class SchedulerCore:
         ]
         view = rec.view()
         self._views[job_id] = view
-        self._waiting_sizes[spec.gpus] += 1
         self.policy.job_added(view)
         effects += self._request_cycle(now, "arrival")
         return effects
@@ -207,10 +210,12 @@ class SchedulerCore:
         return effects + self._request_cycle(now, "completion")
 
     def _on_status(self, msg: NodeStatus) -> None:
-        for p in msg.jobs:
-            rec = self._running.get(p.job_id)
-            if rec is not None:
-                rec.iterations_done = p.iterations_done
+        """A node's report is the truth; it replaces the estimate."""
+        for job_id, done in msg.progress.items():
+            rec = self.jobs.get(job_id)
+            if rec is not None and rec.state is not None and not rec.state.terminal:
+                rec.iterations_done = done
+                rec.remaining = rec.spec.iterations - done
 
     # -- cycles ------------------------------------------------------------------------------
     def _request_cycle(self, now: float, trigger: str) -> list[Effect]:
@@ -226,27 +231,30 @@ class SchedulerCore:
         self._trigger = trigger
         return [SetTimer("cycle", now, PRIORITY_CYCLE)]
 
-    def _open_cycle(self, key: Hashable, now: float) -> list[Effect]:
+    def _cycle(self, key: Hashable, now: float) -> list[Effect]:
         self.cycle += 1
         self._cycle_requested = False
         effects: list[Effect] = []
         if self._running:
-            from schemas.events import CycleStarted
-
             trigger = "round" if key == "tick" else self._trigger
-            effects.append(Publish(subjects.CYCLE_STARTED, CycleStarted(cycle=self.cycle,
-                                                                        trigger=trigger)))
-        effects.append(SetTimer("plan", now, PRIORITY_PLAN))
+            effects.append(Publish(subjects.CYCLE_STARTED,
+                                   CycleStarted(cycle=self.cycle, trigger=trigger)))
         if key == "tick":
             self._tick_armed = False
             if self._views:
                 self._tick_armed = True
                 effects.append(SetTimer("tick", now + self.config.round_s, PRIORITY_CYCLE))
-        return effects
+        return effects + self._plan(now)
 
     def _plan(self, now: float) -> list[Effect]:
         running_views = []
+        model = self.config.overhead
         for rec in self._running.values():
+            # Mirror the node agent closing the interval at this cycle (see module docstring).
+            rec.remaining = advance(rec.remaining, rec.progress_at, rec.ready_at, now,
+                                    model.iteration_time(rec.spec), model.per_event(rec.spec))
+            rec.progress_at = now
+            rec.iterations_done = rec.spec.iterations - rec.remaining
             rec.attained_s += now - rec.accounted_at
             rec.accounted_at = now
             view = rec.view()
@@ -257,7 +265,6 @@ class SchedulerCore:
             cluster=self.cluster,
             jobs=MappingProxyType(self._views),
             running=tuple(running_views),
-            waiting_sizes=MappingProxyType(self._waiting_sizes),
         )
         previous = {jid: rec.placement for jid, rec in self._running.items()}
         fit = CyclePlacement(self.cluster, self.policy.placement, previous)
@@ -277,7 +284,6 @@ class SchedulerCore:
             transitions.append(self._transition(rec, JobState.PREEMPTED, "preempted", now))
             view = rec.view()
             self._views[jid] = view
-            self._waiting_sizes[rec.spec.gpus] += 1
         for jid, slots in plan.run.items():
             rec = self.jobs[jid]
             if rec.state is JobState.RUNNING:
@@ -286,13 +292,16 @@ class SchedulerCore:
                 stops.append(Stop(job_id=jid, reason="migrated"))
                 cause = "migrated"
             else:
-                self._waiting_sizes[rec.spec.gpus] -= 1
                 cause = "resumed" if rec.state is JobState.PREEMPTED else "started"
                 if rec.started_at is None:
                     rec.started_at = now
                 self._running[jid] = rec
             rec.placement = slots
             rec.accounted_at = now
+            # What the node agent will do with this launch (see module docstring).
+            rec.remaining = rec.spec.iterations - rec.iterations_done
+            rec.progress_at = now
+            rec.ready_at = now + self.config.overhead.restart(rec.spec)
             rec.status = Status(code=StatusCode.RUNNING, reason=cause, decided_by=self.policy.name)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done))

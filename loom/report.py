@@ -1,0 +1,65 @@
+"""Run outputs: `summary.json`, `jobs.csv`, and the results table people read."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from rich.table import Table
+
+from services.metrics.core import JobOutcome
+
+JOB_COLUMNS = (
+    "job_id", "tenant", "model", "gpus", "submit_s", "start_s", "end_s", "jct_s",
+    "queueing_s", "preemptions", "state", "deadline_s", "met_deadline",
+)
+
+
+def write_run(out: Path, summary: dict[str, object], jobs: Iterable[JobOutcome]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with (out / "jobs.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(JOB_COLUMNS)
+        for j in sorted(jobs, key=lambda j: (j.submit_s, j.job_id)):
+            w.writerow([
+                j.job_id, j.tenant, j.model, j.gpus, _num(j.submit_s), _num(j.start_s),
+                _num(j.end_s), _num(j.jct_s), _num(j.queueing_s), j.preemptions, j.state.value,
+                _num(j.deadline_s), "" if j.met_deadline is None else int(j.met_deadline),
+            ])
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else repr(round(x, 6))
+
+
+def _fmt(value: object, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+# (summary key, column header, decimals) — times in seconds
+COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("policy", "policy", 0), ("finished", "done", 0), ("avg_jct_s", "avg JCT", 0),
+    ("p50_jct_s", "p50 JCT", 0), ("p99_jct_s", "p99 JCT", 0), ("makespan_s", "makespan", 0),
+    ("avg_queueing_s", "avg queue", 0), ("gpu_util", "util", 3),
+    ("deadline_ratio", "deadline", 3), ("preemptions", "preempt", 0), ("wall_s", "wall", 2),
+)
+
+
+def results_table(summaries: Sequence[dict[str, object]], title: str) -> Table:
+    jobs = summaries[0].get("jobs") if summaries else None
+    table = Table(title=f"{title} — {jobs} jobs, times in seconds", title_justify="left")
+    show = [c for c in COLUMNS if any(s.get(c[0]) is not None for s in summaries)]
+    for _, header, _ in show:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for s in summaries:
+        table.add_row(*[_fmt(s.get(key), digits) for key, _, digits in show])
+    return table
