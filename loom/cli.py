@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import nats.errors
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +23,7 @@ from loom.report import results_table, write_run
 from loom.runs import RunSpec, compare, run_one
 from services.nodeagent.overhead import parse_overhead
 from services.runtime.logging import configure
+from services.runtime.natsserver import NatsServerError
 from traces import TraceError, bundled_clusters, bundled_traces
 
 # Wide enough for the results table when piped to a file or CI log.
@@ -163,6 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TraceError, policies.UnknownPolicy, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         return 2
+    except (OSError, NatsServerError, nats.errors.Error) as exc:
+        where = getattr(args, "nats_url", None) or "the embedded nats-server"
+        err.print(f"[red]error:[/red] NATS at {where}: {type(exc).__name__}: {exc}",
+                  highlight=False)
+        return 3
     except KeyboardInterrupt:
         return 130
 

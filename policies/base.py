@@ -80,6 +80,10 @@ class Plan:
     run: dict[str, GpuSlots] = field(default_factory=dict)  # in priority order
     blocked: dict[str, Status] = field(default_factory=dict)  # examined, did not fit
     wakeup_at: float | None = None  # re-plan then even if nothing arrives or finishes
+    # Where the walk ended, to explain jobs it never reached (see `status_for_waiting`).
+    free_gpus: int = 0
+    unfit_from: int | None = None  # with a monotone fitter: no gang this large fits
+    fragmented: str = ""  # the fitter's explanation for `unfit_from`
 
 
 class Policy(abc.ABC):
@@ -141,22 +145,28 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
                     reason=fit.explain(g),
                     decided_by=decided_by,
                 )
-                if fit.monotone:
+                if fit.monotone and g < smallest_unfit:
                     smallest_unfit = g
+                    plan.unfit_from, plan.fragmented = g, plan.blocked[job_id].reason
         nxt = next(items, None)
         if nxt is not None:
             heapq.heappush(heads, (nxt[0], nxt[1], i))
+    plan.free_gpus = fit.free_gpus
     return plan
 
 
-def status_for_waiting(job_id: str, plan: Plan | None, position: int | None, who: str) -> Status:
+def status_for_waiting(job_id: str, gpus: int, plan: Plan | None, position: int | None,
+                       who: str) -> Status:
+    """Why a waiting job waits, from where the last cycle's walk ended."""
     if plan is not None and job_id in plan.blocked:
-        st = plan.blocked[job_id]
-        return Status(code=st.code, reason=st.reason, decided_by=st.decided_by,
-                      queue_position=position)
-    return Status(
-        code=StatusCode.WAITING_FOR_PRIORITY,
-        reason="higher-priority jobs hold the GPUs it needs",
-        decided_by=who,
-        queue_position=position,
-    )
+        code, reason = plan.blocked[job_id].code, plan.blocked[job_id].reason
+    elif plan is not None and plan.unfit_from is not None and gpus >= plan.unfit_from:
+        code = StatusCode.WAITING_FOR_CONSOLIDATED_GPUS
+        reason = f"needs {gpus} GPUs placed together; " + plan.fragmented.split("; ", 1)[-1]
+    elif plan is not None and 0 < plan.free_gpus < gpus:
+        code = StatusCode.WAITING_FOR_GPUS
+        reason = f"needs {gpus} GPUs, {plan.free_gpus} free"
+    else:
+        code = StatusCode.WAITING_FOR_PRIORITY
+        reason = "higher-priority jobs hold the GPUs it needs"
+    return Status(code=code, reason=reason, decided_by=who, queue_position=position)

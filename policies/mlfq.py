@@ -94,7 +94,8 @@ class DiscretisedLas(OrderedPolicy):
                 at = snap.now + math.ceil(self.limits[q] / job.gpus) - job.attained_s
             else:
                 at = snap.now + self.limits[q] - job.attained_s
-            if at > snap.now and (best is None or at < best):
+            at = max(at, snap.now)  # already past it (no cycle came): demote at once
+            if best is None or at < best:
                 best = at
         return best
 

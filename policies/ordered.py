@@ -87,4 +87,7 @@ class OrderedPolicy(Policy):
         return 1 + sum(int(b.bisect_left(item)) for b in self._buckets.values())
 
     def waiting_status(self, job_id: str) -> Status:
-        return status_for_waiting(job_id, self._last, self.queue_position(job_id), self.name)
+        entry = self._wkey.get(job_id)
+        gpus = entry[1] if entry is not None else 0
+        return status_for_waiting(job_id, gpus, self._last, self.queue_position(job_id),
+                                  self.name)

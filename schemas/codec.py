@@ -44,6 +44,10 @@ def decode_submission(payload: bytes, *, fallback_id: str, now: float, producer:
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise CodecError(f"invalid JSON at {where}: {exc.msg}") from exc
+    except UnicodeDecodeError as exc:
+        raise CodecError(f"invalid JSON: not UTF-8 at byte {exc.start}") from exc
+    except RecursionError as exc:
+        raise CodecError("invalid JSON: nested too deeply") from exc
     if not isinstance(data, dict):
         raise CodecError("a submission must be a JSON object")
     if "type" in data and "body" in data:
@@ -59,8 +63,8 @@ def _validate(data: Any) -> Envelope:
     if not isinstance(data, dict):
         raise CodecError("an envelope must be a map")
     etype = data.get("type")
-    if etype not in EVENT_TYPES:
-        raise CodecError(f"unknown event type {etype!r}")
+    if not isinstance(etype, str) or etype not in EVENT_TYPES:
+        raise CodecError(f"unknown event type {etype!r:.80}")
     try:
         return validate_envelope(data)
     except ValidationError as exc:

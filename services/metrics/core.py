@@ -11,8 +11,6 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-import msgpack
-
 from schemas import subjects
 from schemas.events import Envelope, JobTransition, PlanDecided
 from schemas.job import JobState
@@ -87,7 +85,7 @@ class MetricsCore:
         body = env.body
         self.decisions += 1
         self._digest.update(env.type.encode())
-        self._digest.update(msgpack.packb(body.model_dump(mode="python"), use_bin_type=True))
+        self._digest.update(body.model_dump_json().encode())  # canonical: fixed field order
         if isinstance(body, JobTransition):
             self._on_transition(body, env.occurred_at)
         elif not isinstance(body, PlanDecided):

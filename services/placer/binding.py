@@ -55,13 +55,13 @@ class PlacerCore:
         return slots
 
     def _bind(self, plan: PlanDecided) -> list[Effect]:
+        self._validate(plan)  # all or nothing: a refused plan changes no state
         stops: dict[str, list[Stop]] = {}
         launches: dict[str, list[Launch]] = {}
         for stop in plan.stops:
             for node, _ in self._release(stop.job_id):
                 stops.setdefault(node, []).append(stop)
         for launch in plan.launches:
-            self._check(launch)
             for node, gpus in launch.placement:
                 for i in gpus:
                     self.owner[(node, i)] = launch.job_id
@@ -69,21 +69,31 @@ class PlacerCore:
             self.bound[launch.job_id] = launch.placement
         return self._commands(plan.cycle, stops, launches)
 
-    def _check(self, launch: Launch) -> None:
-        if launch.job_id in self.bound:
-            raise DoubleBooking(f"job {launch.job_id} launched while still bound")
-        for node, gpus in launch.placement:
-            size = self._size.get(node)
-            if size is None:
-                raise DoubleBooking(f"job {launch.job_id}: unknown node {node!r}")
-            for i in gpus:
-                if not 0 <= i < size:
-                    raise DoubleBooking(f"job {launch.job_id}: node {node} has no GPU {i}")
-                holder = self.owner.get((node, i))
-                if holder is not None:
-                    raise DoubleBooking(
-                        f"job {launch.job_id}: GPU {node}:{i} is held by job {holder}"
-                    )
+    def _validate(self, plan: PlanDecided) -> None:
+        stopping = {s.job_id for s in plan.stops}
+        claimed: dict[tuple[str, int], str] = {}
+        for launch in plan.launches:
+            job = launch.job_id
+            if job in self.bound and job not in stopping:
+                raise DoubleBooking(f"job {job} launched while still bound")
+            nodes = [node for node, _ in launch.placement]
+            if len(set(nodes)) != len(nodes):
+                raise DoubleBooking(f"job {job}: placement names a node twice: {nodes}")
+            for node, gpus in launch.placement:
+                size = self._size.get(node)
+                if size is None:
+                    raise DoubleBooking(f"job {job}: unknown node {node!r}")
+                for i in gpus:
+                    if not 0 <= i < size:
+                        raise DoubleBooking(f"job {job}: node {node} has no GPU {i}")
+                    if (node, i) in claimed:
+                        raise DoubleBooking(
+                            f"job {job}: GPU {node}:{i} is held by job {claimed[(node, i)]}"
+                        )
+                    holder = self.owner.get((node, i))
+                    if holder is not None and holder not in stopping:
+                        raise DoubleBooking(f"job {job}: GPU {node}:{i} is held by job {holder}")
+                    claimed[(node, i)] = job
 
     def _finished(self, msg: JobFinished) -> list[Effect]:
         slots = self._release(msg.job_id)

@@ -74,6 +74,10 @@ class _Node:
     def unheld_free(self) -> int:
         return (self.free & ~self.held).bit_count()
 
+    def available(self, displace: bool) -> int:
+        """Free GPUs a new job may take: with `displace`, also those running jobs hold."""
+        return self.n_free if displace else self.unheld_free()
+
     def take(self, k: int) -> tuple[int, ...]:
         """Take k free GPUs, unheld ones first, lowest index first."""
         picked = _lowest(self.free & ~self.held, k)
@@ -84,38 +88,77 @@ class _Node:
         return _indices(picked)
 
 
+class Topology:
+    """What does not change between cycles: node sizes, switches, and placements as bitmasks.
+
+    Build it once per cluster and pass it to every `CyclePlacement`; converting a job's GPU
+    list to per-node masks is memoised, since running jobs keep the same placement for many
+    cycles.
+    """
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.cluster = cluster
+        self.nodes = [(n.node_id, n.switch_id, n.gpus) for n in cluster.nodes]
+        self.index = {n.node_id: i for i, n in enumerate(cluster.nodes)}
+        self.total_gpus = cluster.total_gpus
+        self._masks: dict[GpuSlots, tuple[tuple[int, int], ...] | None] = {}
+
+    def masks(self, slots: GpuSlots) -> tuple[tuple[int, int], ...] | None:
+        """(node index, GPU mask) per node of a placement; None if it names missing GPUs."""
+        hit = self._masks.get(slots, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        out: list[tuple[int, int]] | None = []
+        for node_id, gpus in slots:
+            i = self.index.get(node_id)
+            m = _mask(gpus)
+            if i is None or m >> self.nodes[i][2]:
+                out = None
+                break
+            out.append((i, m))  # type: ignore[union-attr]
+        result = None if out is None else tuple(out)
+        self._masks[slots] = result
+        return result
+
+
 class CyclePlacement:
     """Free-GPU state of one cycle; `try_place` reserves a gang or returns None."""
 
     def __init__(
         self,
-        cluster: ClusterSpec,
+        cluster: ClusterSpec | Topology,
         scheme: Scheme = "consolidated",
         previous: Mapping[str, GpuSlots] | None = None,
     ) -> None:
         if scheme not in SCHEMES:
             raise ValueError(f"unknown placement scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+        topo = cluster if isinstance(cluster, Topology) else Topology(cluster)
         self.scheme = scheme
-        self._nodes = [
-            _Node(n.node_id, n.switch_id, n.gpus, (1 << n.gpus) - 1, 0) for n in cluster.nodes
-        ]
+        self._nodes = [_Node(nid, sw, size, (1 << size) - 1, 0) for nid, sw, size in topo.nodes]
         self._by_id = {n.node_id: n for n in self._nodes}
         self._switches: dict[str, list[_Node]] = {}
         for n in self._nodes:
             self._switches.setdefault(n.switch, []).append(n)
-        self.free_gpus = cluster.total_gpus
-        self._previous = dict(previous or {})
+        self.free_gpus = topo.total_gpus
+        self._previous = previous or {}
         # Each running job's GPUs as (node, mask), or None if they no longer exist.
         self._held: dict[str, list[tuple[_Node, int]] | None] = {}
+        nodes = self._nodes
         for job_id, slots in self._previous.items():
-            held = [(self._by_id.get(node_id), _mask(gpus)) for node_id, gpus in slots]
-            valid = [(n, m) for n, m in held if n is not None and not m >> n.size]
-            if len(valid) == len(held):
-                for node, m in valid:
-                    node.held |= m
-            self._held[job_id] = valid if len(valid) == len(held) else None
+            masks = topo.masks(slots)
+            if masks is None:
+                self._held[job_id] = None
+                continue
+            held = []
+            for i, m in masks:
+                nodes[i].held |= m
+                held.append((nodes[i], m))
+            self._held[job_id] = held
         self.placed: dict[str, GpuSlots] = {}
-        self.monotone = True
+        # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
+        # not either), which lets policies skip ahead; mixed node sizes break that.
+        sizes = {n.size for n in self._nodes if n.size}
+        self.monotone = len(sizes) <= 1
 
     # -- queries used for "why is my job pending" ------------------------------------------
     def largest_block(self) -> int:
@@ -133,9 +176,14 @@ class CyclePlacement:
     def try_place(self, job_id: str, gpus: int) -> GpuSlots | None:
         if gpus > self.free_gpus or gpus <= 0:
             return None
-        slots = self._keep(job_id, gpus) or self._consolidated(gpus)
-        if slots is None and self.scheme == "count":
-            slots = self._spread(gpus)
+        slots = self._keep(job_id, gpus)
+        # First without touching GPUs that running jobs still hold, then allowing it.
+        for displace in (False, True):
+            if slots is not None:
+                break
+            slots = self._consolidated(gpus, displace)
+            if slots is None and self.scheme == "count":
+                slots = self._spread(gpus, displace)
         if slots is not None:
             self.free_gpus -= gpus
             self.placed[job_id] = slots
@@ -158,33 +206,33 @@ class CyclePlacement:
             node.free &= ~m
         return self._previous[job_id]
 
-    def _consolidated(self, gpus: int) -> GpuSlots | None:
-        single = [n for n in self._nodes if n.size >= gpus]
-        if single:
-            fits = [n for n in single if n.n_free >= gpus]
-            if not fits:
-                return None
-            # Prefer nodes where no running job is displaced, then the tightest fit.
-            best = min(fits, key=lambda n: (n.unheld_free() < gpus, n.n_free))
+    def _consolidated(self, gpus: int, displace: bool) -> GpuSlots | None:
+        """One node if a node of the switch is big enough, else whole nodes + a remainder."""
+        fits = [n for n in self._nodes if n.size >= gpus and n.available(displace) >= gpus]
+        if fits:
+            best = min(fits, key=lambda n: n.n_free)  # tightest fit
             return ((best.node_id, best.take(gpus)),)
         for members in self._switches.values():
-            slots = self._multi_node(members, gpus)
-            if slots is not None:
-                return slots
+            if all(n.size < gpus for n in members):
+                slots = self._multi_node(members, gpus, displace)
+                if slots is not None:
+                    return slots
         return None
 
-    def _multi_node(self, members: list[_Node], gpus: int) -> GpuSlots | None:
+    def _multi_node(self, members: list[_Node], gpus: int, displace: bool) -> GpuSlots | None:
         """Whole free nodes plus one node for the remainder, all in one switch."""
         size = max(n.size for n in members)
+        if size == 0:
+            return None
         full_needed, rest = divmod(gpus, size)
-        whole = [n for n in members if n.size == size and n.n_free == size]
-        whole.sort(key=lambda n: n.unheld_free() < size)
+        whole = [n for n in members if n.size == size and n.available(displace) == size]
+        whole.sort(key=lambda n: n.unheld_free() < size)  # undisturbed nodes first
         if len(whole) < full_needed:
             return None
         chosen = whole[:full_needed]
         remainder = None
         if rest:
-            candidates = [n for n in members if n not in chosen and n.n_free >= rest]
+            candidates = [n for n in members if n not in chosen and n.available(displace) >= rest]
             if not candidates:
                 return None
             remainder = min(candidates, key=lambda n: (n.unheld_free() < rest, n.n_free))
@@ -193,19 +241,21 @@ class CyclePlacement:
             slots.append((remainder.node_id, remainder.take(rest)))
         return tuple(slots)
 
-    def _spread(self, gpus: int) -> GpuSlots | None:
-        """Fewest nodes: take from the nodes with the most free GPUs, one switch if possible."""
-        groups = sorted(
-            self._switches.values(), key=lambda ms: -sum(n.n_free for n in ms)
-        )
-        pool = groups[0] if sum(n.n_free for n in groups[0]) >= gpus else self._nodes
+    def _spread(self, gpus: int, displace: bool) -> GpuSlots | None:
+        """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can."""
+        switches = sorted(self._switches.values(),
+                          key=lambda ms: -sum(n.available(displace) for n in ms))
+        best = switches[0]
+        pool = best if sum(n.available(displace) for n in best) >= gpus else self._nodes
+        if sum(n.available(displace) for n in pool) < gpus:
+            return None
         need = gpus
         slots: list[tuple[str, tuple[int, ...]]] = []
-        for node in sorted(pool, key=lambda n: (-n.n_free, n.unheld_free() == 0)):
-            if need == 0:
-                break
-            k = min(need, node.n_free)
+        for node in sorted(pool, key=lambda n: -n.available(displace)):
+            k = min(need, node.available(displace))
             if k:
                 slots.append((node.node_id, node.take(k)))
                 need -= k
-        return tuple(slots) if need == 0 else None
+            if need == 0:
+                break
+        return tuple(slots)

@@ -86,6 +86,17 @@ class Routes:
         return hit
 
 
+def fallback_id(msg_id: str | None, sequence: int) -> str:
+    """Event id for a payload that is not an envelope (e.g. `nats pub` JSON): the publisher's
+    `Nats-Msg-Id` when it set one, else the message's sequence in the run's stream."""
+    return msg_id if msg_id is not None else f"seq.{sequence}"
+
+
+def decode_failure(exc: Exception) -> str:
+    """The dead-letter reason for a payload a decoder refused (or choked on)."""
+    return str(exc) if isinstance(exc, CodecError) else f"undecodable: {type(exc).__name__}: {exc}"
+
+
 def dead_letter_envelope(
     sub: Subscription, subject: str, payload: bytes, reason: str, now: float, n: int
 ) -> Envelope:
@@ -103,7 +114,6 @@ class MemoryBus:
         self.stats = BusStats()
         self._routes = Routes()
         self._seen: set[str] = set()
-        self._raw = 0
 
     async def publish(self, subject: str, env: Envelope) -> bool:
         if env.event_id in self._seen:
@@ -128,8 +138,7 @@ class MemoryBus:
                 return False
             self._seen.add(msg_id)
         self.stats.published += 1
-        self._raw += 1
-        fallback = f"raw.{self._raw}"
+        fallback = fallback_id(msg_id, self.stats.published)
         subs = self._routes.match(subject)
         if subs:
             self.kernel.schedule(
@@ -145,10 +154,11 @@ class MemoryBus:
         for sub in subs:
             try:
                 env = sub.decoder(payload, fallback_id=fallback, now=self.kernel.now)
-            except CodecError as exc:
+            except Exception as exc:  # any undecodable payload is dead-lettered, never fatal
                 self.stats.dead_lettered += 1
                 dl = dead_letter_envelope(
-                    sub, subject, payload, str(exc), self.kernel.now, self.stats.dead_lettered
+                    sub, subject, payload, decode_failure(exc), self.kernel.now,
+                    self.stats.dead_lettered,
                 )
                 await self.publish(subjects.deadletter(sub.durable), dl)
                 continue

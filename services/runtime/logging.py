@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 
 import structlog
+
+
+class _Stderr:
+    """Whatever `sys.stderr` is at write time (tests and daemons swap it), never failing."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stderr.write(text)
+        except (ValueError, OSError):  # closed or broken stream: logging must not stop a service
+            return 0
+
+    def flush(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            sys.stderr.flush()
 
 
 def configure(level: str = "warning", json: bool = False) -> None:
@@ -26,7 +41,7 @@ def configure(level: str = "warning", json: bool = False) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             getattr(logging, level.upper(), logging.WARNING)
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 from collections import deque
 from functools import partial
 from typing import Any
@@ -25,7 +26,7 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
 from schemas import subjects
-from schemas.codec import CodecError, encode
+from schemas.codec import encode
 from schemas.events import Envelope
 from services.runtime.bus import (
     BusStats,
@@ -35,9 +36,12 @@ from services.runtime.bus import (
     Subscription,
     dead_letter_envelope,
     decode_any,
+    decode_failure,
+    fallback_id,
 )
 from services.runtime.effects import PRIORITY_INPUT
 from services.runtime.kernel import SimKernel
+from services.runtime.logging import get_logger
 from services.runtime.natsserver import EmbeddedNats
 
 MSG_ID = "Nats-Msg-Id"
@@ -45,6 +49,15 @@ NEXT_TIMEOUT_S = 30.0
 # Handled messages are acked in batches (AckPolicy.ALL: one ack covers all earlier ones).
 ACK_EVERY = 64
 ACK_WAIT_S = 3600.0
+SHARED_STREAM_MAX_AGE_S = 24 * 3600.0
+
+
+_log = get_logger("loom.bus")
+
+
+async def _log_client_error(exc: Exception) -> None:
+    """nats-py reports connection trouble here (its default prints tracebacks)."""
+    _log.warning("nats client error", error=f"{type(exc).__name__}: {exc}")
 
 
 class BusDesync(RuntimeError):
@@ -81,7 +94,9 @@ class NatsSimBus:
         On a private server the run owns the whole `LOOM` stream. On a shared server it gets
         its own stream and subject prefix so runs never see each other's messages.
         """
-        token = re.sub(r"[^A-Za-z0-9_-]", "_", run_id)
+        # Unique per run: re-running the same policy and seed must not collide with (and be
+        # de-duplicated against) an earlier run's stream on the same server.
+        token = f"{re.sub(r'[^A-Za-z0-9_-]', '_', run_id)}_{secrets.token_hex(4)}"
         server = None
         if url is None:
             server = await EmbeddedNats.start()
@@ -89,14 +104,19 @@ class NatsSimBus:
             stream, prefix = subjects.STREAM, ""
         else:
             stream, prefix = f"LOOMSIM_{token}", f"sim.{token}."
-        nc = await nats.connect(url, max_reconnect_attempts=3, connect_timeout=5)
+        nc = await nats.connect(url, max_reconnect_attempts=3, connect_timeout=5,
+                                error_cb=_log_client_error)
         bus = cls(kernel, nc, stream=stream, prefix=prefix, run_id=token, server=server)
         await bus._ensure_stream()
         return bus
 
     async def _ensure_stream(self) -> None:
+        # On a shared server a simulation's stream is kept for a day (to inspect or export),
+        # then expires; a private server's store is deleted with the server anyway.
+        max_age = SHARED_STREAM_MAX_AGE_S if self.server is None else None
         cfg = StreamConfig(
-            name=self.stream, subjects=[f"{self.prefix}loom.>"], duplicate_window=600.0
+            name=self.stream, subjects=[f"{self.prefix}loom.>"], duplicate_window=600.0,
+            max_age=max_age,
         )
         try:
             await self.js.add_stream(cfg)
@@ -126,6 +146,8 @@ class NatsSimBus:
         return await self._publish(subject, payload, msg_id)
 
     async def _publish(self, subject: str, payload: bytes, msg_id: str | None) -> bool:
+        if not subject.startswith("loom."):
+            raise ValueError(f"subject {subject!r} is outside the run's stream (loom.>)")
         headers = None if msg_id is None else {MSG_ID: msg_id}
         # A plain publish into the stream's subjects is stored by JetStream; reading it back
         # through the consumer below is the proof it was stored, so no PubAck round trip.
@@ -164,7 +186,7 @@ class NatsSimBus:
         got = (msg.headers or {}).get(MSG_ID)
         if msg_id is not None and got != msg_id:
             raise BusDesync(f"expected {msg_id} on {subject}, the stream gave {got}")
-        fallback = f"{self.stream}.seq.{msg.metadata.sequence.stream}"
+        fallback = fallback_id(got, msg.metadata.sequence.stream)
         decoded: dict[int, Envelope] = {}
         for sub in subs:
             key = id(sub.decoder)
@@ -172,10 +194,10 @@ class NatsSimBus:
             if env is None:
                 try:
                     env = sub.decoder(msg.data, fallback_id=fallback, now=self.kernel.now)
-                except CodecError as exc:
+                except Exception as exc:  # any undecodable payload is dead-lettered
                     self.stats.dead_lettered += 1
                     dl = dead_letter_envelope(
-                        sub, subject, msg.data, str(exc), self.kernel.now,
+                        sub, subject, msg.data, decode_failure(exc), self.kernel.now,
                         self.stats.dead_lettered,
                     )
                     await self.publish(subjects.deadletter(sub.durable), dl)

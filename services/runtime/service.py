@@ -6,6 +6,7 @@ An exception from the core on one message is dead-lettered with its reason; the 
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from functools import partial
 from typing import Protocol
 
 from schemas import subjects
+from schemas.codec import encode
 from schemas.events import DeadLetter, Envelope, envelope
 from services.runtime.bus import Bus, Decoder, decode_any
 from services.runtime.clock import Clock, TimerHandle
@@ -68,13 +70,16 @@ class Shell:
         await self.apply(effects, env.event_id)
 
     async def _dead_letter(self, env: Envelope, reason: str) -> None:
+        """Keep the message and why it failed (publish first: nothing may stop that)."""
         self.errors += 1
-        self.log.error("message dead-lettered", event_type=env.type, event_id=env.event_id,
-                       reason=reason, trace=traceback.format_exc(limit=3))
-        from schemas.codec import encode
-
         body = DeadLetter(subject=env.type, service=self.name, reason=reason, payload=encode(env))
         await self.bus.publish(subjects.deadletter(self.name), self._wrap(body, None, env.event_id))
+        self._log("error", "message dead-lettered", event_type=env.type, event_id=env.event_id,
+                  reason=reason, trace=traceback.format_exc(limit=3))
+
+    def _log(self, level: str, event: str, **fields: object) -> None:
+        with contextlib.suppress(Exception):  # a broken log sink must never stop a service
+            getattr(self.log, level)(event, **fields)
 
     def _wrap(self, body: object, event_id: str | None, cause: str | None) -> Envelope:
         if event_id is None:
@@ -112,6 +117,6 @@ class Shell:
             effects = self.core.on_timer(key, self.clock.now())
         except Exception:
             self.errors += 1
-            self.log.exception("timer failed", key=str(key))
+            self._log("error", "timer failed", key=str(key), trace=traceback.format_exc(limit=3))
             return
         await self.apply(effects, None)

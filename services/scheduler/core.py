@@ -41,7 +41,7 @@ from schemas.events import (
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
 from services.nodeagent.overhead import OverheadModel, advance, parse_overhead
-from services.placer.core import CyclePlacement
+from services.placer.core import CyclePlacement, Topology
 from services.runtime.bus import decode_submit
 from services.runtime.effects import (
     PRIORITY_CYCLE,
@@ -98,6 +98,7 @@ class SchedulerCore:
 
     def __init__(self, cluster: ClusterSpec, policy: Policy, config: SchedulerConfig) -> None:
         self.cluster = cluster
+        self.topology = Topology(cluster)
         self.policy = policy
         self.config = config
         self.jobs: dict[str, JobRecord] = {}
@@ -267,7 +268,7 @@ class SchedulerCore:
             running=tuple(running_views),
         )
         previous = {jid: rec.placement for jid, rec in self._running.items()}
-        fit = CyclePlacement(self.cluster, self.policy.placement, previous)
+        fit = CyclePlacement(self.topology, self.policy.placement, previous)
         plan = self.policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)

@@ -1,0 +1,75 @@
+"""Fixture builders shared by the tests: `make_job("a").gpus(8).submit(10).build()`."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from loom.simulate import SimConfig, SimResult, run_simulation
+from policies.base import JobView
+from schemas.cluster import ClusterSpec
+from schemas.job import JobSpec
+
+
+@dataclass
+class JobBuilder:
+    _fields: dict[str, Any] = field(default_factory=dict)
+
+    def gpus(self, n: int) -> JobBuilder:
+        self._fields["gpus"] = n
+        return self
+
+    def iterations(self, n: int) -> JobBuilder:
+        self._fields["iterations"] = n
+        return self
+
+    def iteration_time(self, s: float) -> JobBuilder:
+        self._fields["iteration_time_s"] = s
+        return self
+
+    def runs_for(self, seconds: float) -> JobBuilder:
+        """Solo run time: `seconds` iterations of one second."""
+        self._fields["iterations"] = int(seconds)
+        self._fields["iteration_time_s"] = 1.0
+        return self
+
+    def submit(self, t: float) -> JobBuilder:
+        self._fields["submit_time_s"] = t
+        return self
+
+    def model(self, name: str) -> JobBuilder:
+        self._fields["model"] = name
+        return self
+
+    def deadline(self, t: float, best_effort: bool = False) -> JobBuilder:
+        self._fields["deadline_s"] = t
+        self._fields["best_effort"] = best_effort
+        return self
+
+    def build(self) -> JobSpec:
+        return JobSpec(**self._fields)
+
+
+def make_job(job_id: str) -> JobBuilder:
+    return JobBuilder({
+        "job_id": job_id, "model": "resnet18", "gpus": 1, "iterations": 100,
+        "iteration_time_s": 1.0, "submit_time_s": 0.0,
+    })
+
+
+def cluster(nodes: int = 2, gpus_per_node: int = 4, switches: int = 1) -> ClusterSpec:
+    per_switch, rest = divmod(nodes, switches)
+    assert rest == 0, "nodes must divide evenly into switches"
+    return ClusterSpec.uniform(switches, per_switch, gpus_per_node)
+
+
+def view(spec: JobSpec, running: bool = False, done: float = 0.0, attained: float = 0.0
+         ) -> JobView:
+    return JobView.make(spec, running, done, attained)
+
+
+def simulate(jobs: list[JobSpec], policy: str, cl: ClusterSpec | None = None,
+             **kwargs: Any) -> SimResult:
+    cfg = SimConfig(policy=policy, jobs=jobs, cluster=cl or cluster(), **kwargs)
+    return asyncio.run(run_simulation(cfg))

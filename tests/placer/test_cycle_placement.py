@@ -1,0 +1,489 @@
+"""CyclePlacement: one cycle's reservation state (services/placer/core.py).
+
+Cluster states are built exactly with `busy(...)`: every busy block is a running job from the
+previous cycle that is re-placed first, so it keeps exactly the GPUs named.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+import pytest
+
+from schemas.cluster import ClusterSpec, NodeSpec
+from schemas.events import GpuSlots
+from services.placer.core import SCHEMES, CyclePlacement
+from tests.builders import cluster
+
+Gpu = tuple[str, int]
+
+
+def busy(cl: ClusterSpec, scheme: str = "consolidated",
+         used: Mapping[str, tuple[int, ...]] | None = None,
+         previous: Mapping[str, GpuSlots] | None = None) -> CyclePlacement:
+    """A placement state where `used[node]` GPUs are taken by filler jobs (re-placed first).
+
+    `previous` adds running jobs that are *not* re-placed yet (their GPUs are held, not taken).
+    """
+    fillers = {f"busy-{node}": ((node, gpus),) for node, gpus in (used or {}).items() if gpus}
+    fit = CyclePlacement(cl, scheme, {**fillers, **(previous or {})})  # type: ignore[arg-type]
+    for jid, slots in fillers.items():
+        assert fit.try_place(jid, len(slots[0][1])) == slots
+    return fit
+
+
+def gpus_of(slots: GpuSlots) -> list[Gpu]:
+    return [(node, i) for node, idx in slots for i in idx]
+
+
+def nodes_of(slots: GpuSlots) -> list[str]:
+    return [node for node, _ in slots]
+
+
+def switch_of(cl: ClusterSpec, node: str) -> str:
+    return cl.node(node).switch_id
+
+
+# --------------------------------------------------------------------------------------------
+# consolidated scheme
+# --------------------------------------------------------------------------------------------
+
+# 3 nodes × 4 GPUs, one switch; n0 has 3 free, n1 has 2 free, n2 has 4 free.
+UNEVEN = {"n0": (0,), "n1": (0, 1)}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        pytest.param(1, (("n1", (2,)),), id="1gpu-tightest-is-n1-with-2-free"),
+        pytest.param(2, (("n1", (2, 3)),), id="2gpus-exactly-fill-n1"),
+        pytest.param(3, (("n0", (1, 2, 3)),), id="3gpus-n0-is-the-only-tight-fit"),
+        pytest.param(4, (("n2", (0, 1, 2, 3)),), id="4gpus-need-the-empty-node"),
+    ],
+)
+def test_consolidated_small_job_goes_on_the_tightest_single_node(
+    gpus: int, expected: GpuSlots
+) -> None:
+    fit = busy(cluster(3, 4), used=UNEVEN)
+    assert fit.try_place("j", gpus) == expected
+
+
+@pytest.mark.parametrize(
+    ("nodes", "used", "gpus", "whole", "remainder"),
+    [
+        # whole nodes n0, n2 are free; remainder 2 goes on n1 (2 free: tighter than n2's 4).
+        pytest.param(3, {"n1": (0, 1)}, 6, ["n0"], ("n1", 2), id="6gpus=1-whole+2-on-tightest"),
+        pytest.param(3, {}, 8, ["n0", "n1"], None, id="8gpus=2-whole-nodes"),
+        pytest.param(3, {}, 12, ["n0", "n1", "n2"], None, id="12gpus=3-whole-nodes"),
+        pytest.param(3, {"n0": (3,)}, 9, ["n1", "n2"], ("n0", 1), id="9gpus=2-whole+1"),
+    ],
+)
+def test_consolidated_large_job_takes_whole_nodes_plus_one_remainder(
+    nodes: int, used: dict[str, tuple[int, ...]], gpus: int, whole: list[str],
+    remainder: tuple[str, int] | None,
+) -> None:
+    cl = cluster(nodes, 4)
+    slots = busy(cl, used=used).try_place("j", gpus)
+    assert slots is not None
+    full = [node for node, idx in slots if len(idx) == 4]
+    part = [(node, len(idx)) for node, idx in slots if len(idx) != 4]
+    assert sorted(full) == whole
+    assert part == ([remainder] if remainder else [])
+    assert len(gpus_of(slots)) == gpus
+
+
+# Two switches: s0 = {n0, n1}, s1 = {n2, n3}, 4 GPUs each.
+TWO_SWITCHES = cluster(4, 4, switches=2)
+
+
+@pytest.mark.parametrize(
+    ("used", "gpus", "expected_switch"),
+    [
+        pytest.param({"n1": (0, 1, 2), "n2": (0,), "n3": (0,)}, 5, "s0", id="5=n0+1-on-n1"),
+        pytest.param({"n0": (0,), "n1": (0,)}, 7, "s1", id="s0-has-no-whole-node-so-s1"),
+        pytest.param({}, 8, "s0", id="8-on-an-empty-cluster-first-switch"),
+    ],
+)
+def test_consolidated_multi_node_job_stays_under_one_switch(
+    used: dict[str, tuple[int, ...]], gpus: int, expected_switch: str
+) -> None:
+    slots = busy(TWO_SWITCHES, used=used).try_place("j", gpus)
+    assert slots is not None
+    assert {switch_of(TWO_SWITCHES, n) for n in nodes_of(slots)} == {expected_switch}
+    assert len(gpus_of(slots)) == gpus
+
+
+@pytest.mark.parametrize(
+    ("cl", "used", "gpus"),
+    [
+        # 4 free (2 + 2) but no node has 3.
+        pytest.param(cluster(2, 4), {"n0": (0, 1), "n1": (0, 1)}, 3, id="fragmented-nodes"),
+        # 11 free: s0 = n0 whole + 1 on n1 (remainder 2 does not fit), s1 = 3 + 3 (no whole node).
+        pytest.param(TWO_SWITCHES, {"n1": (0, 1, 2), "n2": (0,), "n3": (0,)}, 6,
+                     id="fits-only-across-switches"),
+        # 8 free (4 + 2 + 2): the only whole node's switch-mate has 2, the remainder needs 3.
+        pytest.param(TWO_SWITCHES, {"n1": (0, 1), "n2": (0, 1), "n3": (0, 1, 2, 3)}, 7,
+                     id="no-switch-has-whole+remainder"),
+    ],
+)
+def test_consolidated_returns_none_although_enough_gpus_are_free_in_total(
+    cl: ClusterSpec, used: dict[str, tuple[int, ...]], gpus: int
+) -> None:
+    fit = busy(cl, used=used)
+    before = fit.free_gpus
+    assert before >= gpus
+    assert fit.try_place("j", gpus) is None
+    assert fit.free_gpus == before  # a failed attempt reserves nothing
+    assert "j" not in fit.placed
+
+
+@pytest.mark.parametrize(
+    ("used", "gpus", "fragments"),
+    [
+        pytest.param({"n0": (0, 1), "n1": (0, 1)}, 3, ["3 GPUs", "4 free", "is 2"],
+                     id="fragmented-largest-block-2"),
+        pytest.param({"n0": (0, 1, 2), "n1": (0,)}, 4, ["4 GPUs", "4 free", "is 3"],
+                     id="fragmented-largest-block-3"),
+        pytest.param({"n0": (0, 1, 2), "n1": (0, 1, 2)}, 3, ["needs 3 GPUs, 2 free"],
+                     id="not-enough-gpus-at-all"),
+    ],
+)
+def test_explain_names_the_largest_free_block(
+    used: dict[str, tuple[int, ...]], gpus: int, fragments: list[str]
+) -> None:
+    fit = busy(cluster(2, 4), used=used)
+    assert fit.try_place("j", gpus) is None
+    text = fit.explain(gpus)
+    for frag in fragments:
+        assert frag in text, text
+
+
+def test_largest_block_tracks_reservations() -> None:
+    fit = busy(cluster(2, 4), used={"n0": (0,)})
+    assert fit.largest_block() == 4
+    fit.try_place("a", 4)  # takes n1
+    assert fit.largest_block() == 3
+    fit.try_place("b", 3)
+    assert fit.largest_block() == 0
+
+
+@pytest.mark.parametrize("gpus", [0, -1], ids=["zero", "negative"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_non_positive_gang_is_never_placed(scheme: str, gpus: int) -> None:
+    fit = CyclePlacement(cluster(1, 4), scheme)  # type: ignore[arg-type]
+    assert fit.try_place("j", gpus) is None
+    assert fit.free_gpus == 4
+
+
+# --------------------------------------------------------------------------------------------
+# count scheme
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("cl", "used", "gpus", "max_nodes", "switches"),
+    [
+        pytest.param(cluster(2, 4), {"n0": (0, 1), "n1": (0, 1)}, 3, 2, None,
+                     id="3-over-2+2"),
+        pytest.param(cluster(2, 4), {"n0": (0, 1), "n1": (0, 1)}, 4, 2, None,
+                     id="4-over-2+2"),
+        pytest.param(TWO_SWITCHES, {"n1": (0, 1, 2), "n2": (0,), "n3": (0,)}, 6, 2, None,
+                     id="6-where-consolidated-fails"),
+        # s0 has 2 free, s1 has 4 free: a 3-GPU gang fits in s1 alone, so it stays there.
+        pytest.param(TWO_SWITCHES, {"n0": (0, 1, 2), "n1": (0, 1, 2), "n2": (0, 1),
+                                    "n3": (0, 1)}, 3, 2, {"s1"}, id="prefers-one-switch"),
+        pytest.param(TWO_SWITCHES, {"n0": (0, 1, 2), "n1": (0, 1, 2), "n2": (0, 1),
+                                    "n3": (0, 1)}, 6, 4, {"s0", "s1"}, id="spans-switches"),
+    ],
+)
+def test_count_places_whenever_enough_gpus_are_free(
+    cl: ClusterSpec, used: dict[str, tuple[int, ...]], gpus: int, max_nodes: int,
+    switches: set[str] | None,
+) -> None:
+    consolidated = busy(cl, used=used)
+    fit = busy(cl, "count", used=used)
+    assert consolidated.try_place("j", gpus) is None  # the case only counting can serve
+    slots = fit.try_place("j", gpus)
+    assert slots is not None
+    taken = gpus_of(slots)
+    assert len(taken) == len(set(taken)) == gpus
+    assert not {(n, i) for n, idx in used.items() for i in idx} & set(taken)
+    assert len(nodes_of(slots)) <= max_nodes
+    if switches is not None:
+        assert {switch_of(cl, n) for n in nodes_of(slots)} == switches
+
+
+@pytest.mark.parametrize(
+    ("used", "gpus", "expected"),
+    [
+        pytest.param(UNEVEN, 2, (("n1", (2, 3)),), id="tightest-single-node"),
+        pytest.param(UNEVEN, 4, (("n2", (0, 1, 2, 3)),), id="empty-node-not-spread"),
+        pytest.param({}, 8, (("n0", (0, 1, 2, 3)), ("n1", (0, 1, 2, 3))),
+                     id="whole-nodes-when-possible"),
+    ],
+)
+def test_count_still_consolidates_when_it_can(
+    used: dict[str, tuple[int, ...]], gpus: int, expected: GpuSlots
+) -> None:
+    assert busy(cluster(3, 4), "count", used=used).try_place("j", gpus) == expected
+
+
+def test_count_refuses_more_than_the_free_gpus() -> None:
+    fit = busy(cluster(2, 4), "count", used={"n0": (0, 1), "n1": (0, 1)})
+    assert fit.try_place("j", 5) is None
+    assert fit.free_gpus == 4
+    assert fit.explain(5) == "needs 5 GPUs, 4 free"
+
+
+# --------------------------------------------------------------------------------------------
+# sticky placement of running jobs
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize(
+    ("nodes", "mine"),
+    [
+        # Not the lowest indices and not the tightest node: a fresh placement would differ.
+        pytest.param(2, (("n1", (1, 3)),), id="odd-gpus-on-n1"),
+        pytest.param(3, (("n2", (0,)), ("n0", (2, 3))), id="spread-gang"),
+        pytest.param(3, (("n1", (0, 1, 2, 3)), ("n2", (0, 1, 2, 3))), id="two-whole-nodes"),
+    ],
+)
+def test_running_job_replaced_first_keeps_exactly_its_gpus(
+    scheme: str, nodes: int, mine: GpuSlots
+) -> None:
+    fit = CyclePlacement(cluster(nodes, 4), scheme, {"r": mine})  # type: ignore[arg-type]
+    total = fit.free_gpus
+    assert fit.try_place("r", len(gpus_of(mine))) == mine
+    assert fit.free_gpus == total - len(gpus_of(mine))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_running_job_keeps_its_gpus_after_unrelated_new_jobs(scheme: str) -> None:
+    mine = (("n0", (1, 2)),)
+    fit = CyclePlacement(cluster(2, 4), scheme, {"r": mine})  # type: ignore[arg-type]
+    a = fit.try_place("a", 2)
+    b = fit.try_place("b", 3)
+    assert a is not None and b is not None
+    assert fit.try_place("r", 2) == mine
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize(
+    ("nodes", "previous", "gpus"),
+    [
+        pytest.param(1, {"r": (("n0", (0, 1)),)}, 2, id="same-node-other-half"),
+        pytest.param(2, {"r": (("n0", (0, 1, 2)),)}, 1, id="1gpu-takes-the-unheld-one"),
+        pytest.param(2, {"r": (("n0", (0, 1, 2)),)}, 2, id="2gpus-move-to-the-other-node"),
+        pytest.param(2, {"r": (("n0", (1,)),), "s": (("n1", (2,)),)}, 3, id="two-holders"),
+        pytest.param(3, {"r": (("n0", (0, 1, 2, 3)),)}, 6, id="multi-node-avoids-held-node"),
+        pytest.param(3, {"r": (("n1", (0, 1)),)}, 6, id="remainder-avoids-held-gpus"),
+    ],
+)
+def test_new_job_avoids_gpus_held_by_running_jobs_when_others_are_free(
+    scheme: str, nodes: int, previous: dict[str, GpuSlots], gpus: int
+) -> None:
+    fit = CyclePlacement(cluster(nodes, 4), scheme, previous)  # type: ignore[arg-type]
+    slots = fit.try_place("new", gpus)
+    assert slots is not None
+    held = {g for s in previous.values() for g in gpus_of(s)}
+    assert not held & set(gpus_of(slots))
+    for jid, mine in previous.items():  # so every running job keeps its place
+        assert fit.try_place(jid, len(gpus_of(mine))) == mine
+
+
+def test_count_spread_avoids_held_gpus_when_unheld_ones_suffice() -> None:
+    # n0: GPUs 2,3 free but held by running job r; n1: 2 free; n2: 1 free (all unheld).
+    fit = busy(cluster(3, 4), "count", used={"n0": (0, 1), "n1": (0, 1), "n2": (0, 1, 2)},
+               previous={"r": (("n0", (2, 3)),)})
+    slots = fit.try_place("new", 3)
+    assert slots is not None
+    # n1 (2) + n2 (1) is as few nodes as n1 + n0 and displaces nobody.
+    assert ("n0", 2) not in gpus_of(slots) and ("n0", 3) not in gpus_of(slots)
+
+
+def test_consolidated_new_job_displaces_a_running_one_only_when_it_must() -> None:
+    mine = (("n0", (0, 1)),)
+    fit = CyclePlacement(cluster(2, 4), "consolidated", {"r": mine})
+    y = fit.try_place("y", 3)  # n0 has only 2 unheld GPUs, so y goes to n1
+    x = fit.try_place("x", 3)  # only n0 has 3 free: it must take one of r's GPUs
+    assert y is not None and x is not None
+    assert nodes_of(y) == ["n1"] and nodes_of(x) == ["n0"]
+    assert set(gpus_of(mine)) & set(gpus_of(x))
+    assert fit.try_place("r", 2) is None  # 1 + 1 free, no node holds 2
+    assert fit.free_gpus == 2
+
+
+def test_count_new_job_spreads_rather_than_displace_a_running_one() -> None:
+    mine = (("n0", (0, 1)),)
+    fit = CyclePlacement(cluster(2, 4), "count", {"r": mine})
+    y = fit.try_place("y", 3)
+    x = fit.try_place("x", 3)  # n0's 2 unheld GPUs + n1's last one: nobody is displaced
+    assert y is not None and x is not None
+    assert not set(gpus_of(mine)) & (set(gpus_of(x)) | set(gpus_of(y)))
+    assert fit.try_place("r", 2) == mine  # r keeps exactly its GPUs
+    assert fit.free_gpus == 0
+
+
+def test_running_job_with_displaced_gpus_moves_to_a_free_node() -> None:
+    previous = {"r": (("n0", (0, 1)),), "q": (("n1", (0, 1, 2, 3)),)}
+    fit = CyclePlacement(cluster(2, 4), "consolidated", previous)
+    x = fit.try_place("x", 4)  # n0 and n1 both have held GPUs; tie → n0
+    assert x == (("n0", (0, 1, 2, 3)),)
+    r = fit.try_place("r", 2)
+    assert r is not None and r != previous["r"]
+    assert not set(gpus_of(r)) & set(gpus_of(x))
+    assert fit.try_place("q", 4) is None  # r took two of q's GPUs
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize(
+    ("mine", "gpus"),
+    [
+        pytest.param((("ghost", (0, 1)),), 2, id="unknown-node"),
+        pytest.param((("n0", (3, 4)),), 2, id="gpu-index-out-of-range"),
+        pytest.param((("n1", (0, 1)),), 3, id="different-gang-size"),
+    ],
+)
+def test_stale_previous_placement_is_replaced_by_a_fresh_one(
+    scheme: str, mine: GpuSlots, gpus: int
+) -> None:
+    fit = CyclePlacement(cluster(2, 4), scheme, {"r": mine})  # type: ignore[arg-type]
+    slots = fit.try_place("r", gpus)
+    assert slots is not None and slots != mine
+    assert len(gpus_of(slots)) == gpus
+    assert all(0 <= i < 4 and n in ("n0", "n1") for n, i in gpus_of(slots))
+
+
+def test_unknown_scheme_raises_value_error_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="packed") as exc:
+        CyclePlacement(cluster(), "packed")  # type: ignore[arg-type]
+    for scheme in ("consolidated", "count"):
+        assert scheme in str(exc.value)
+
+
+# --------------------------------------------------------------------------------------------
+# properties over random cycles (seeded, so failures reproduce)
+# --------------------------------------------------------------------------------------------
+
+def random_cluster(rng: random.Random) -> ClusterSpec:
+    switches = rng.randint(1, 3)
+    return cluster(switches * rng.randint(1, 3), rng.choice((1, 2, 4, 8)), switches)
+
+
+def random_previous(rng: random.Random, cl: ClusterSpec, scheme: str) -> dict[str, GpuSlots]:
+    """What ran last cycle: a valid random placement from a fresh cycle."""
+    fit = CyclePlacement(cl, scheme)  # type: ignore[arg-type]
+    for k in range(rng.randint(0, 8)):
+        fit.try_place(f"r{k}", rng.randint(1, cl.total_gpus))
+    return dict(fit.placed)
+
+
+def random_ops(rng: random.Random, cl: ClusterSpec,
+               previous: dict[str, GpuSlots]) -> list[tuple[str, int]]:
+    """A walk: some running jobs (own size, rarely another), new jobs, in random order."""
+    ops = [(jid, len(gpus_of(s)) if rng.random() < 0.9 else rng.randint(1, cl.total_gpus))
+           for jid, s in previous.items() if rng.random() < 0.8]
+    ops += [(f"new{k}", rng.randint(1, cl.total_gpus)) for k in range(rng.randint(0, 8))]
+    rng.shuffle(ops)
+    return ops
+
+
+SEEDS = range(300)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_no_gpu_is_handed_out_twice_and_free_count_is_exact(scheme: str) -> None:
+    for seed in SEEDS:
+        rng = random.Random(seed)
+        cl = random_cluster(rng)
+        size = {n.node_id: n.gpus for n in cl.nodes}
+        biggest = max(size.values())
+        previous = random_previous(rng, cl, scheme)
+        fit = CyclePlacement(cl, scheme, previous)  # type: ignore[arg-type]
+        taken: set[Gpu] = set()
+        placed: dict[str, GpuSlots] = {}
+        for jid, g in random_ops(rng, cl, previous):
+            free_before = fit.free_gpus
+            own_free = jid in previous and g == len(gpus_of(previous[jid])) and not (
+                set(gpus_of(previous[jid])) & taken)
+            slots = fit.try_place(jid, g)
+            ctx = f"seed={seed} scheme={scheme} job={jid} gpus={g} slots={slots}"
+            if slots is None:
+                assert fit.free_gpus == free_before, ctx
+                assert not own_free, ctx  # sticky: its own GPUs were all free
+                if scheme == "count":
+                    assert g > free_before, ctx
+                continue
+            got = gpus_of(slots)
+            assert len(got) == len(set(got)) == g, ctx
+            assert all(n in size and 0 <= i < size[n] for n, i in got), ctx
+            assert not taken & set(got), ctx
+            if own_free:
+                assert slots == previous[jid], ctx
+            elif scheme == "consolidated":
+                assert_consolidated(cl, slots, g, biggest, ctx)
+            taken |= set(got)
+            placed[jid] = slots
+            assert fit.free_gpus == cl.total_gpus - len(taken), ctx
+        assert fit.placed == placed
+
+
+def assert_consolidated(cl: ClusterSpec, slots: GpuSlots, g: int, biggest: int, ctx: str) -> None:
+    if g <= biggest:
+        assert len(slots) == 1, ctx
+        return
+    assert len({switch_of(cl, n) for n in nodes_of(slots)}) == 1, ctx
+    partial = [n for n, idx in slots if len(idx) != cl.node(n).gpus]
+    assert len(partial) <= 1, ctx
+    assert len(set(nodes_of(slots))) == len(slots), ctx
+
+
+def fits_after(cl: ClusterSpec, scheme: str, previous: dict[str, GpuSlots],
+               ops: list[tuple[str, int]], g: int) -> bool:
+    fit = CyclePlacement(cl, scheme, previous)  # type: ignore[arg-type]
+    for jid, k in ops:
+        fit.try_place(jid, k)
+    assert fit.monotone
+    return fit.try_place("probe", g) is not None
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_monotone_if_g_does_not_fit_no_larger_gang_fits(scheme: str) -> None:
+    for seed in range(150):
+        rng = random.Random(seed)
+        cl = random_cluster(rng)
+        previous = random_previous(rng, cl, scheme)
+        ops = random_ops(rng, cl, previous)
+        fits = [fits_after(cl, scheme, previous, ops, g) for g in range(1, cl.total_gpus + 2)]
+        first_unfit = fits.index(False)  # total + 1 never fits
+        assert not any(fits[first_unfit:]), (
+            f"seed={seed} {scheme}: gang {first_unfit + 1} does not fit but "
+            f"{[g + 1 for g, ok in enumerate(fits) if ok and g > first_unfit]} do")
+
+
+def hetero() -> ClusterSpec:
+    """Switch s0: three 4-GPU nodes; switch s1: one 8-GPU node."""
+    nodes = [NodeSpec(node_id=f"a{i}", switch_id="s0", gpus=4) for i in range(3)]
+    nodes.append(NodeSpec(node_id="b0", switch_id="s1", gpus=8))
+    return ClusterSpec(nodes=tuple(nodes))
+
+
+def test_mixed_node_sizes_consolidate_per_switch_and_disable_skipping() -> None:
+    fit = CyclePlacement(hetero(), "consolidated")
+    assert not fit.monotone  # mixed sizes: a failed gang says nothing about larger ones
+    assert fit.try_place("big", 8) == (("b0", tuple(range(8))),)
+    # No 8-GPU node is free, but switch s0 (4-GPU nodes only) takes 5 as a node + 1 GPU.
+    five = fit.try_place("five", 5)
+    assert five is not None and {n for n, _ in five} <= {"a0", "a1", "a2"}
+    assert sorted(len(g) for _, g in five) == [1, 4]
+    assert CyclePlacement(cluster(2, 4), "count").monotone
+
+
+def test_switch_of_gpu_less_nodes_does_not_crash_multi_node_placement() -> None:
+    cl = ClusterSpec(nodes=(
+        NodeSpec(node_id="cpu0", switch_id="s0", gpus=0),
+        NodeSpec(node_id="g0", switch_id="s1", gpus=4),
+        NodeSpec(node_id="g1", switch_id="s1", gpus=4),
+    ))
+    assert CyclePlacement(cl).try_place("j", 6) == (("g0", (0, 1, 2, 3)), ("g1", (0, 1)))

@@ -1,0 +1,257 @@
+"""Key-ordered policies (fifo, srtf, srsf) driven cycle by cycle, as the scheduler drives them.
+
+Keys, from the policy definitions (Muri §1a): fifo = submit time; srtf = remaining time;
+srsf = remaining time × GPUs; ties by submit time, then job id. Lower runs first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from schemas.job import JobSpec
+from schemas.status import StatusCode
+from tests.builders import cluster, make_job
+from tests.policies.driver import Driver
+
+ORDERED = ("fifo", "srtf", "srsf")
+
+
+def J(job_id: str, gpus: int, seconds: float, submit: float = 0.0) -> JobSpec:
+    return make_job(job_id).gpus(gpus).runs_for(seconds).submit(submit).build()
+
+
+# --------------------------------------------------------------------------------------------
+# ordering
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("policy", "jobs", "runs", "waiting"),
+    [
+        # One node of 4 GPUs: with 3–4-GPU jobs only one runs; the rest wait in key order.
+        pytest.param("fifo", [J("a", 4, 10, 5), J("b", 4, 300, 0), J("c", 4, 20, 3)],
+                     {"b"}, ["c", "a"], id="fifo-by-submit-time"),
+        pytest.param("fifo", [J("c", 4, 5), J("a", 4, 50), J("b", 4, 1)],
+                     {"a"}, ["b", "c"], id="fifo-same-submit-by-id"),
+        pytest.param("fifo", [J("a", 4, 100, 0), J("b", 4, 30, 1), J("c", 4, 60, 2)],
+                     {"a"}, ["b", "c"], id="fifo-ignores-duration"),
+        pytest.param("srtf", [J("a", 4, 100, 0), J("b", 4, 30, 1), J("c", 4, 60, 2)],
+                     {"b"}, ["c", "a"], id="srtf-by-remaining-time"),
+        pytest.param("srtf", [J("a", 4, 50, 2), J("c", 4, 50, 1), J("b", 4, 50, 1),
+                              J("d", 4, 10, 9)],
+                     {"d"}, ["b", "c", "a"], id="srtf-ties-by-submit-then-id"),
+        # GPU-time: a = 3×100 = 300, b = 4×80 = 320, c = 4×70 = 280.
+        pytest.param("srsf", [J("a", 3, 100), J("b", 4, 80), J("c", 4, 70)],
+                     {"c"}, ["a", "b"], id="srsf-by-gpu-time"),
+        pytest.param("srtf", [J("a", 3, 100), J("b", 4, 80), J("c", 4, 70)],
+                     {"c"}, ["b", "a"], id="srtf-same-jobs-by-time"),
+        # GPU-time ties: a = 2×100, b = 4×50, c = 1×200 (all 200) → submit time, then id.
+        pytest.param("srsf", [J("a", 2, 100, 1), J("b", 4, 50, 1), J("c", 1, 200, 0),
+                              J("z", 4, 10, 5)],
+                     {"z"}, ["c", "a", "b"], id="srsf-ties-by-submit-then-id"),
+    ],
+)
+def test_jobs_run_and_wait_in_key_order(
+    policy: str, jobs: list[JobSpec], runs: set[str], waiting: list[str]
+) -> None:
+    d = Driver.of(policy, cluster(1, 4)).add(*jobs)
+    plan = d.cycle()
+    assert set(plan.run) == runs
+    assert d.waiting_order() == waiting
+
+
+@pytest.mark.parametrize("policy", ORDERED)
+def test_waiting_status_has_position_reason_and_decider(policy: str) -> None:
+    d = Driver.of(policy, cluster(1, 4)).add(
+        J("a", 4, 10, 0), J("b", 4, 20, 1), J("c", 4, 30, 2))
+    d.cycle()
+    assert d.running == {"a"}
+    for position, jid in enumerate(["b", "c"], start=1):
+        st = d.status(jid)
+        assert st.code is StatusCode.WAITING_FOR_PRIORITY
+        assert st.reason
+        assert st.decided_by == policy
+        assert st.queue_position == position
+
+
+# --------------------------------------------------------------------------------------------
+# fragmentation and head-of-line blocking
+# --------------------------------------------------------------------------------------------
+
+# Keys agree for all three policies: r1 < r2 < b < s (submit, time and GPU-time all increase,
+# and stay so after s runs 10 s: srsf s = 990 > b = 2 × 400).
+FRAGMENTING = [J("r1", 3, 100, 0), J("r2", 3, 110, 1), J("b", 2, 400, 2), J("s", 1, 1000, 3)]
+
+
+@pytest.mark.parametrize("policy", ORDERED)
+def test_job_blocked_by_fragmentation_gets_the_fitters_explanation(policy: str) -> None:
+    # 2 × 4 GPUs: r1 → n0, r2 → n1 (n0 has 1 left), so 2 GPUs are free but 1 per node.
+    d = Driver.of(policy, cluster(2, 4)).add(*FRAGMENTING[:3])
+    plan = d.cycle()
+    assert plan.run == {"r1": (("n0", (0, 1, 2)),), "r2": (("n1", (0, 1, 2)),)}
+    st = d.status("b")
+    assert st.code is StatusCode.WAITING_FOR_CONSOLIDATED_GPUS
+    assert d.fit is not None and d.fit.free_gpus == 2
+    assert st.reason == d.fit.explain(2)
+    assert "2 free but the largest block in one node is 1" in st.reason
+    assert st.queue_position == 1
+    assert st.decided_by == policy
+
+
+@pytest.mark.parametrize("policy", ORDERED)
+def test_no_head_of_line_blocking_behind_a_fragmented_job(policy: str) -> None:
+    d = Driver.of(policy, cluster(2, 4)).add(*FRAGMENTING)
+    plan = d.cycle()
+    # s (1 GPU) runs although b, ranked ahead of it, does not fit.
+    assert set(plan.run) == {"r1", "r2", "s"}
+    assert d.waiting_order() == ["b"]
+    st = d.status("b")
+    assert st.code is StatusCode.WAITING_FOR_CONSOLIDATED_GPUS
+    assert "largest block in one node is 1" in st.reason
+    # Next cycle (10 s later) nothing changes: the same jobs keep the same GPUs.
+    again = d.cycle(10.0)
+    assert again.run == plan.run
+    assert d.status("b").code is StatusCode.WAITING_FOR_CONSOLIDATED_GPUS
+
+
+@pytest.mark.parametrize("policy", ORDERED)
+def test_every_job_blocked_by_fragmentation_says_so(policy: str) -> None:
+    jobs = [*FRAGMENTING[:3], J("b2", 2, 600, 2.5)]
+    d = Driver.of(policy, cluster(2, 4)).add(*jobs)
+    d.cycle()
+    assert d.status("b").code is StatusCode.WAITING_FOR_CONSOLIDATED_GPUS
+    assert d.status("b2").code is StatusCode.WAITING_FOR_CONSOLIDATED_GPUS
+
+
+@pytest.mark.parametrize("policy", ORDERED)
+def test_small_job_behind_a_big_one_that_does_not_fit_runs(policy: str) -> None:
+    # Keys r < big < small for every policy (srsf: 10 < 200 < 400).
+    d = Driver.of(policy, cluster(1, 4)).add(
+        J("r", 1, 10, 0), J("big", 4, 50, 1), J("small", 2, 200, 2))
+    plan = d.cycle()
+    assert set(plan.run) == {"r", "small"}
+    assert d.waiting_order() == ["big"]
+    st = d.status("big")
+    assert st.code is StatusCode.WAITING_FOR_GPUS  # 2 free < 4: not fragmentation
+    assert st.reason == "needs 4 GPUs, 1 free"  # r (1) and small (2) hold 3 of 4
+
+
+# --------------------------------------------------------------------------------------------
+# preemption
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("policy", "old", "new", "preempts"),
+    [
+        # At t=10 the running job has 10 s of progress.
+        pytest.param("srtf", J("old", 4, 100, 0), J("new", 4, 50, 10), True,
+                     id="srtf-shorter-arrival-preempts"),
+        # 95 > 90 remaining: preempting would need the stale 100 s.
+        pytest.param("srtf", J("old", 4, 100, 0), J("new", 4, 95, 10), False,
+                     id="srtf-uses-remaining-not-total"),
+        pytest.param("srtf", J("old", 1, 300, 0), J("new", 4, 80, 10), True,
+                     id="srtf-80s-beats-290s"),
+        # GPU-time: old 1 × 290 = 290 < new 4 × 80 = 320.
+        pytest.param("srsf", J("old", 1, 300, 0), J("new", 4, 80, 10), False,
+                     id="srsf-1gpu-long-beats-4gpu-short"),
+        # GPU-time: new 2 × 150 = 300 < old 4 × 90 = 360; new takes 2 of old's GPUs.
+        pytest.param("srsf", J("old", 4, 100, 0), J("new", 2, 150, 10), True,
+                     id="srsf-smaller-gpu-time-preempts"),
+        pytest.param("fifo", J("old", 4, 100, 0), J("new", 4, 1, 10), False,
+                     id="fifo-never-preempts-for-later-submit"),
+        # A job submitted earlier (but admitted later, e.g. a late trace record) outranks.
+        pytest.param("fifo", J("old", 4, 100, 5), J("new", 4, 100, 0), True,
+                     id="fifo-earlier-submit-preempts"),
+    ],
+)
+def test_preemption_by_a_better_ranked_waiting_job(
+    policy: str, old: JobSpec, new: JobSpec, preempts: bool
+) -> None:
+    d = Driver.of(policy, cluster(1, 4)).add(old)
+    first = d.cycle(0.0).run["old"]
+    d.advance(10.0)
+    d.add(new)
+    plan = d.cycle()
+    if preempts:
+        assert "new" in plan.run and "old" not in plan.run
+        assert d.jobs["old"].preemptions == 1
+        st = d.status("old")
+        # Waiting behind the newcomer; when some GPUs are left free, it says how many.
+        expected = StatusCode.WAITING_FOR_GPUS if plan.free_gpus else (
+            StatusCode.WAITING_FOR_PRIORITY)
+        assert st.queue_position == 1 and st.code is expected
+    else:
+        assert plan.run["old"] == first  # keeps exactly its GPUs
+        assert "new" not in plan.run
+        assert d.waiting_order() == ["new"]
+
+
+@dataclass(frozen=True)
+class Step:
+    at: float
+    add: tuple[JobSpec, ...]
+    running: set[str]
+    waiting: list[str]
+
+
+@pytest.mark.parametrize(
+    ("policy", "steps"),
+    [
+        # 1 × 4 GPUs. srtf keys: t=10: old 90 < mid 95; t=30: short 20 < old 70 < mid 95.
+        pytest.param("srtf", [
+            Step(0, (J("old", 4, 100, 0),), {"old"}, []),
+            Step(10, (J("mid", 4, 95, 10),), {"old"}, ["mid"]),
+            Step(30, (J("short", 4, 20, 30),), {"short"}, ["old", "mid"]),
+            Step(50, (), {"old"}, ["mid"]),  # short done; old (70 left) before mid (95)
+            Step(120, (), {"mid"}, []),  # old done at 50 + 70
+            Step(215, (), set(), []),
+        ], id="srtf-preempted-job-keeps-its-remaining-time-key"),
+        # srsf keys (GPU-s): t=10: old 2×90 = 180 < mid 4×46 = 184; t=30: short 4×5 = 20 <
+        # old 2×70 = 140 < mid 184. When old runs again, mid still cannot fit (2 free < 4).
+        pytest.param("srsf", [
+            Step(0, (J("old", 2, 100, 0),), {"old"}, []),
+            Step(10, (J("mid", 4, 46, 10),), {"old"}, ["mid"]),
+            Step(30, (J("short", 4, 5, 30),), {"short"}, ["old", "mid"]),
+            Step(35, (), {"old"}, ["mid"]),
+            Step(105, (), {"mid"}, []),
+            Step(151, (), set(), []),
+        ], id="srsf-preempted-job-keeps-its-gpu-time-key"),
+        # fifo: c fills the GPUs b (4) cannot use; b runs only when a is done.
+        pytest.param("fifo", [
+            Step(0, (J("a", 2, 100, 0),), {"a"}, []),
+            Step(1, (J("b", 4, 50, 1),), {"a"}, ["b"]),
+            Step(2, (J("c", 2, 30, 2),), {"a", "c"}, ["b"]),
+            Step(32, (), {"a"}, ["b"]),
+            Step(100, (), {"b"}, []),
+            Step(150, (), set(), []),
+        ], id="fifo-skips-a-job-that-does-not-fit"),
+    ],
+)
+def test_scenario_cycle_by_cycle(policy: str, steps: list[Step]) -> None:
+    d = Driver.of(policy, cluster(1, 4))
+    placements: dict[str, object] = {}
+    for step in steps:
+        d.advance(step.at)
+        d.add(*step.add)
+        plan = d.cycle()
+        assert set(plan.run) == step.running, f"t={step.at}"
+        assert d.waiting_order() == step.waiting, f"t={step.at}"
+        for jid, slots in plan.run.items():  # a job that keeps running keeps its GPUs
+            if jid in placements:
+                assert slots == placements[jid], f"t={step.at} {jid}"
+        placements = dict(plan.run)
+    assert not d.jobs
+
+
+@pytest.mark.parametrize("policy", ORDERED)
+def test_removed_waiting_job_leaves_the_queue(policy: str) -> None:
+    d = Driver.of(policy, cluster(1, 4)).add(
+        J("a", 4, 10, 0), J("b", 4, 20, 1), J("c", 4, 30, 2))
+    d.cycle()
+    del d.jobs["b"]
+    d.policy.job_removed("b")
+    d.cycle()
+    assert d.status("b").queue_position is None
+    assert d.waiting_order() == ["c"]
+    assert d.running == {"a"}

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from schemas import subjects
+from schemas.codec import encode
+from schemas.events import CycleStarted, DeadLetter, Envelope, envelope
+from schemas.job import SubmitJob
+from services.runtime.bus import MemoryBus, decode_submit
+from services.runtime.kernel import SimKernel
+
+
+def _env(event_id: str, cycle: int = 1) -> Envelope:
+    return envelope(CycleStarted(cycle=cycle, trigger="t"), event_id=event_id, occurred_at=0.0,
+                    producer="test", causation_id=None)
+
+
+async def _collect(bus: MemoryBus, subject: str, durable: str = "t", **kw):  # type: ignore[no-untyped-def]
+    got: list[Envelope] = []
+
+    async def handler(env: Envelope) -> None:
+        got.append(env)
+
+    await bus.subscribe(subject, handler, durable=durable, **kw)
+    return got
+
+
+async def test_delivers_in_publish_order_to_every_matching_subscriber() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    a = await _collect(bus, "loom.sched.*", "a")
+    b = await _collect(bus, "loom.>", "b")
+    c = await _collect(bus, "loom.jobs.submit", "c")
+    for i in range(3):
+        assert await bus.publish(subjects.CYCLE_STARTED, _env(f"e{i}", i))
+    await k.run()
+    assert [e.event_id for e in a] == ["e0", "e1", "e2"]
+    assert [e.event_id for e in b] == ["e0", "e1", "e2"]
+    assert c == []
+
+
+async def test_duplicate_event_ids_are_dropped_like_jetstream() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    got = await _collect(bus, subjects.CYCLE_STARTED)
+    assert await bus.publish(subjects.CYCLE_STARTED, _env("same"))
+    assert not await bus.publish(subjects.CYCLE_STARTED, _env("same", 2))
+    await k.run()
+    assert len(got) == 1 and bus.stats.duplicates == 1
+
+
+async def test_undecodable_payload_is_dead_lettered_with_reason_and_delivery_continues() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    got = await _collect(bus, subjects.JOB_SUBMIT, "scheduler", decoder=decode_submit)
+    dead = await _collect(bus, "loom.deadletter.>", "audit")
+    await bus.publish_raw(subjects.JOB_SUBMIT, b"\xc1 not msgpack")
+    await bus.publish_raw(subjects.JOB_SUBMIT, b'{"model": "m", "gpus": 0}')
+    ok = b'{"model": "resnet50", "gpus": 2, "iterations": 10, "iteration_time_s": 1}'
+    await bus.publish_raw(subjects.JOB_SUBMIT, ok)
+    await k.run()
+    assert len(got) == 1 and isinstance(got[0].body, SubmitJob) and got[0].body.gpus == 2
+    reasons = [d.body.reason for d in dead if isinstance(d.body, DeadLetter)]
+    assert len(reasons) == 2
+    assert "not msgpack" in reasons[0]
+    assert "gpus" in reasons[1] and "iterations" in reasons[1]
+    assert dead[1].body.payload == b'{"model": "m", "gpus": 0}'  # type: ignore[attr-defined]
+    assert bus.stats.dead_lettered == 2
+
+
+async def test_raw_msgpack_envelope_is_decoded() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    got = await _collect(bus, subjects.CYCLE_STARTED)
+    await bus.publish_raw(subjects.CYCLE_STARTED, encode(_env("x", 7)), msg_id="x")
+    await bus.publish_raw(subjects.CYCLE_STARTED, encode(_env("x", 7)), msg_id="x")
+    await k.run()
+    assert [e.body for e in got] == [CycleStarted(cycle=7, trigger="t")]

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import pytest
+
+from schemas.events import JobTransition, PlanDecided, envelope
+from schemas.job import JobState
+from services.metrics.core import MetricsCore, percentile
+from tests.builders import make_job
+
+Q, R, P, F, J = (JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED, JobState.FINISHED,
+                 JobState.REJECTED)
+
+
+def _feed(m: MetricsCore, t: float, body) -> None:  # type: ignore[no-untyped-def]
+    m.handle(envelope(body, event_id=f"e{t}{id(body)}", occurred_at=t, producer="scheduler",
+                      causation_id=None), t)
+
+
+def _tr(job, state, prev, spec=None):  # type: ignore[no-untyped-def]
+    return JobTransition(job_id=job, state=state, previous=prev, cause="x", spec=spec)
+
+
+def _run_script(m: MetricsCore) -> None:
+    a = make_job("a").gpus(2).submit(0).build()
+    b = make_job("b").gpus(2).submit(10).deadline(100).build()
+    c = make_job("c").gpus(2).submit(10).deadline(50).build()
+    _feed(m, 0, _tr("a", Q, None, a))
+    _feed(m, 0, _tr("a", R, Q))
+    _feed(m, 10, _tr("b", Q, None, b))
+    _feed(m, 10, _tr("c", Q, None, c))
+    _feed(m, 10, _tr("b", R, Q))
+    _feed(m, 40, _tr("a", P, R))
+    _feed(m, 40, _tr("c", R, Q))
+    _feed(m, 60, _tr("c", F, R))
+    _feed(m, 60, _tr("a", R, P))
+    _feed(m, 90, _tr("b", F, R))
+    _feed(m, 100, _tr("a", F, R))
+
+
+def test_job_outcomes_and_summary() -> None:
+    m = MetricsCore(total_gpus=4)
+    _run_script(m)
+    s = m.summary()
+    # JCTs: a 100, b 80, c 50.
+    assert s["finished"] == 3 and s["avg_jct_s"] == pytest.approx(230 / 3)
+    assert s["p50_jct_s"] == 80 and s["p99_jct_s"] == 100 and s["makespan_s"] == 100
+    assert s["avg_queueing_s"] == pytest.approx((0 + 0 + 30) / 3)
+    assert s["preemptions"] == 1
+    # b met its deadline (90 ≤ 100); c finished at 60 > 50.
+    assert s["deadline_ratio"] == 0.5
+    # busy GPU-seconds: a 0–40 and 60–100 (80 s), b 10–90 (80 s), c 40–60 (20 s), ×2 GPUs.
+    assert s["gpu_util"] == pytest.approx(2 * 180 / (4 * 100))
+    assert m.jobs["a"].start_s == 0 and m.jobs["c"].queueing_s == 30
+
+
+def test_digest_depends_on_every_decision_and_its_order() -> None:
+    m1, m2, m3 = MetricsCore(4), MetricsCore(4), MetricsCore(4)
+    _run_script(m1)
+    _run_script(m2)
+    assert m1.digest == m2.digest
+    _run_script(m3)
+    _feed(m3, 100, PlanDecided(cycle=9))
+    assert m3.digest != m1.digest
+
+
+def test_rejected_and_best_effort_jobs() -> None:
+    m = MetricsCore(4)
+    big = make_job("big").gpus(8).deadline(10).build()
+    be = make_job("be").deadline(5, best_effort=True).build()
+    _feed(m, 0, _tr("big", J, None, big))
+    _feed(m, 0, _tr("be", Q, None, be))
+    _feed(m, 0, _tr("be", R, Q))
+    _feed(m, 20, _tr("be", F, R))
+    s = m.summary()
+    assert s["rejected"] == 1 and s["deadline_ratio"] == 0.0  # best-effort excluded
+
+
+@pytest.mark.parametrize(("n", "q", "index"), [(100, 0.99, 99), (1000, 0.99, 990), (3, 0.5, 1),
+                                               (1, 0.99, 0)])
+def test_percentile_follows_muri_calc(n: int, q: float, index: int) -> None:
+    values = list(range(n))
+    assert percentile(values, q) == index

@@ -1,0 +1,166 @@
+"""The scheduler core driven directly: inputs in, effects out, no bus."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import policies
+from schemas import subjects
+from schemas.events import (
+    CycleStarted,
+    JobFinished,
+    JobTransition,
+    NodeStatus,
+    PlanDecided,
+    envelope,
+)
+from schemas.job import JobState, SubmitJob
+from schemas.status import StatusCode
+from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
+from services.scheduler.core import SchedulerConfig, SchedulerCore
+from tests.builders import cluster, make_job
+
+_n = 0
+
+
+def _deliver(core: SchedulerCore, body, now: float) -> list[Effect]:  # type: ignore[no-untyped-def]
+    global _n
+    _n += 1
+    env = envelope(body, event_id=f"e{_n}", occurred_at=now, producer="t", causation_id=None)
+    return core.handle(env, now)
+
+
+def _published(effects: list[Effect], kind: type) -> list:  # type: ignore[type-arg]
+    return [e.body for e in effects if isinstance(e, Publish) and isinstance(e.body, kind)]
+
+
+def _timers(effects: list[Effect]) -> dict[Hashable, float]:
+    return {e.key: e.at for e in effects if isinstance(e, SetTimer)}
+
+
+def _core(policy: str = "srtf", replan: str = "event", nodes: int = 1, gpus: int = 4
+          ) -> SchedulerCore:
+    return SchedulerCore(cluster(nodes, gpus), policies.make(policy),
+                         SchedulerConfig(replan=replan))  # type: ignore[arg-type]
+
+
+def _submit(core: SchedulerCore, spec, now: float) -> list[Effect]:  # type: ignore[no-untyped-def]
+    return _deliver(core, SubmitJob.from_spec(spec), now)
+
+
+def test_admission_queues_the_job_and_asks_for_one_cycle_per_instant() -> None:
+    core = _core()
+    eff = _submit(core, make_job("a").gpus(2).build(), 0.0)
+    (t,) = _published(eff, JobTransition)
+    assert (t.state, t.previous, t.spec.job_id) == (JobState.QUEUED, None, "a")
+    assert _timers(eff) == {"cycle": 0.0}
+    eff2 = _submit(core, make_job("b").build(), 0.0)
+    assert "cycle" not in _timers(eff2)  # one cycle serves every input at this instant
+
+
+def test_a_cycle_starts_plans_and_records_every_transition() -> None:
+    core = _core()
+    _submit(core, make_job("a").gpus(2).runs_for(100).build(), 0.0)
+    _submit(core, make_job("b").gpus(4).runs_for(50).build(), 0.0)
+    eff = core.on_timer("cycle", 0.0)
+    (plan,) = _published(eff, PlanDecided)
+    assert [launch.job_id for launch in plan.launches] == ["b"]  # shorter first; a cannot fit
+    assert plan.busy_gpus == 4 and plan.running == 1
+    assert core.jobs["b"].history[-1].state is JobState.RUNNING
+    st = core.status("a")
+    assert st.code in (StatusCode.WAITING_FOR_PRIORITY, StatusCode.WAITING_FOR_GPUS)
+    assert st.queue_position == 1 and st.reason
+
+
+def test_shorter_arrival_preempts_and_the_cycle_is_announced_to_nodes() -> None:
+    core = _core()
+    _submit(core, make_job("long").gpus(4).runs_for(1000).build(), 0.0)
+    core.on_timer("cycle", 0.0)
+    _submit(core, make_job("short").gpus(4).runs_for(10).submit(100).build(), 100.0)
+    eff = core.on_timer("cycle", 100.0)
+    assert _published(eff, CycleStarted)[0].cycle == 2
+    (plan,) = _published(eff, PlanDecided)
+    assert [s.job_id for s in plan.stops] == ["long"]
+    assert [launch.job_id for launch in plan.launches] == ["short"]
+    states = {t.job_id: t.state for t in _published(eff, JobTransition)}
+    assert states == {"long": JobState.PREEMPTED, "short": JobState.RUNNING}
+    # The preempted job's progress is estimated (100 of 1000 iterations) for its resume.
+    assert core.jobs["long"].iterations_done == 100.0
+    assert core.jobs["long"].preemptions == 1
+
+
+def test_node_reports_override_the_estimate() -> None:
+    core = _core()
+    _submit(core, make_job("a").gpus(4).runs_for(1000).build(), 0.0)
+    core.on_timer("cycle", 0.0)
+    _deliver(core, NodeStatus(node_id="n0", cycle=1, progress={"a": 42.0}), 50.0)
+    assert core.jobs["a"].iterations_done == 42.0
+
+
+def test_completion_frees_gpus_and_triggers_a_cycle() -> None:
+    core = _core()
+    _submit(core, make_job("a").gpus(4).runs_for(10).build(), 0.0)
+    _submit(core, make_job("b").gpus(4).runs_for(20).build(), 0.0)
+    core.on_timer("cycle", 0.0)
+    eff = _deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=10), 10.0)
+    assert _published(eff, JobTransition)[0].state is JobState.FINISHED
+    assert _timers(eff) == {"cycle": 10.0}
+    eff = core.on_timer("cycle", 10.0)
+    assert [launch.job_id for launch in _published(eff, PlanDecided)[0].launches] == ["b"]
+    assert core.status("a").code is StatusCode.FINISHED
+    # A duplicate or stale finish report changes nothing.
+    assert _deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=10), 11.0) == []
+
+
+def test_duplicate_submission_is_ignored() -> None:
+    core = _core()
+    spec = make_job("a").build()
+    assert _submit(core, spec, 0.0)
+    assert _submit(core, spec, 1.0) == []
+    assert len(core.jobs) == 1
+
+
+def test_too_large_and_invalid_jobs_are_rejected_with_a_reason() -> None:
+    core = _core(nodes=1, gpus=4)
+    (t,) = _published(_submit(core, make_job("big").gpus(8).build(), 0.0), JobTransition)
+    assert t.state is JobState.REJECTED and "needs 8 GPUs; the cluster has 4" in t.cause
+    assert core.status("big").code is StatusCode.REJECTED_TOO_LARGE
+    bad = SubmitJob(job_id="odd", model="m", gpus=1, iterations=1, iteration_time_s=1.0,
+                    gpu_type="tpu")
+    (t2,) = _published(_deliver(core, bad, 0.0), JobTransition)
+    assert t2.state is JobState.REJECTED and "tpu" in t2.cause
+
+
+def test_unnamed_submission_gets_an_id_from_its_event() -> None:
+    core = _core()
+    sub = SubmitJob(model="m", gpus=1, iterations=1, iteration_time_s=1.0)
+    (t,) = _published(_deliver(core, sub, 5.0), JobTransition)
+    assert t.job_id.startswith("job-e") and t.spec is not None and t.spec.submit_time_s == 5.0
+
+
+def test_round_mode_replans_on_the_round_grid_only() -> None:
+    core = _core(replan="round")
+    core = SchedulerCore(cluster(1, 4), policies.make("srtf"),
+                         SchedulerConfig(replan="round", round_s=360.0))
+    eff = _submit(core, make_job("a").runs_for(1000).submit(100).build(), 100.0)
+    assert _timers(eff) == {"tick": 360.0}
+    assert "tick" not in _timers(_submit(core, make_job("b").submit(200).build(), 200.0))
+    eff = core.on_timer("tick", 360.0)
+    assert _timers(eff)["tick"] == 720.0
+    eff = _deliver(core, JobFinished(job_id="b", node_id="n0", iterations_done=100), 460.0)
+    assert "cycle" not in _timers(eff) and "tick" not in _timers(eff)
+
+
+def test_tiresias_wakeup_is_armed_and_cleared() -> None:
+    core = _core(policy="tiresias")
+    _submit(core, make_job("a").gpus(4).runs_for(100_000).build(), 0.0)
+    eff = core.on_timer("cycle", 0.0)
+    assert _timers(eff)["wakeup"] == 813.0  # ceil(3250 / 4) s of attained GPU time
+    eff = _deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=1), 10.0)
+    eff = core.on_timer("cycle", 10.0)
+    assert any(isinstance(e, CancelTimer) and e.key == "wakeup" for e in eff)
+
+
+def test_subscriptions_cover_what_the_scheduler_consumes() -> None:
+    subs = {s.subject for s in _core().subscriptions()}
+    assert subs == {subjects.JOB_SUBMIT, subjects.JOB_FINISHED, subjects.NODE_STATUS}

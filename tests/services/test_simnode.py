@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import pytest
+
+from schemas.cluster import NodeSpec
+from schemas.events import (
+    CycleStarted,
+    JobFinished,
+    Launch,
+    NodeCommand,
+    NodeStatus,
+    Stop,
+    envelope,
+)
+from services.nodeagent.overhead import advance, parse_overhead
+from services.nodeagent.simnode import SimNodeCore
+from services.runtime.effects import CancelTimer, Publish, SetTimer
+from tests.builders import make_job
+
+NODE = NodeSpec(node_id="n0", switch_id="s0", gpus=4)
+
+
+def _cmd(core: SimNodeCore, now: float, launches=(), stops=()):  # type: ignore[no-untyped-def]
+    body = NodeCommand(node_id="n0", cycle=1, launches=tuple(launches), stops=tuple(stops))
+    return core.handle(envelope(body, event_id=f"c{now}", occurred_at=now, producer="t",
+                                causation_id=None), now)
+
+
+def _cycle(core: SimNodeCore, now: float):  # type: ignore[no-untyped-def]
+    env = envelope(CycleStarted(cycle=2, trigger="t"), event_id=f"y{now}", occurred_at=now,
+                   producer="t", causation_id=None)
+    return core.handle(env, now)
+
+
+def _launch(spec, placement=(("n0", (0, 1)),), done: float = 0.0) -> Launch:  # type: ignore[no-untyped-def]
+    return Launch(job_id=spec.job_id, spec=spec, placement=placement, iterations_done=done)
+
+
+@pytest.mark.parametrize(
+    ("overhead", "expected_finish"),
+    [
+        ("none", 100.0),  # 100 iterations × 1 s
+        ("flat:30", 130.0),  # restart delay first
+        ("muri", 101.5),  # Muri's 1.5 % slowdown, no charge without an interrupting event
+    ],
+)
+def test_launch_arms_the_finish_timer(overhead: str, expected_finish: float) -> None:
+    core = SimNodeCore(NODE, parse_overhead(overhead))
+    (timer,) = _cmd(core, 0.0, [_launch(make_job("a").gpus(2).runs_for(100).build())])
+    assert isinstance(timer, SetTimer) and timer.key == ("finish", "a")
+    assert timer.at == pytest.approx(expected_finish)
+
+
+def test_muri_charges_every_interrupting_cycle_per_model() -> None:
+    core = SimNodeCore(NODE, parse_overhead("muri"))
+    spec = make_job("a").model("a2c").gpus(2).runs_for(1000).build()  # a2c on 2 GPUs: 39 s
+    _cmd(core, 0.0, [_launch(spec)])
+    (timer,) = _cycle(core, 100.0)
+    # 100 s elapsed, 39 s lost: 61 s of progress at 1.015 s per iteration.
+    remaining = 1000 - 61 / 1.015
+    assert timer.at == pytest.approx(100.0 + remaining * 1.015)
+
+
+def test_only_the_leader_of_a_gang_accounts_and_reports() -> None:
+    core = SimNodeCore(NODE, parse_overhead("none"))
+    spec = make_job("g").gpus(8).runs_for(50).build()
+    eff = _cmd(core, 0.0, [_launch(spec, placement=(("n1", (0, 1, 2, 3)), ("n0", (0, 1, 2, 3))))])
+    assert eff == [] and "g" in core.jobs and not core.jobs["g"].leader
+    assert _cycle(core, 10.0) == []
+
+
+def test_stop_reports_progress_and_cancels_the_timer() -> None:
+    core = SimNodeCore(NODE, parse_overhead("none"))
+    _cmd(core, 0.0, [_launch(make_job("a").runs_for(100).build(), done=20.0)])
+    eff = _cmd(core, 30.0, stops=[Stop(job_id="a", reason="preempted")])
+    assert CancelTimer(("finish", "a")) in eff
+    (status,) = [e.body for e in eff if isinstance(e, Publish)]
+    assert isinstance(status, NodeStatus) and status.progress == {"a": 50.0}
+    assert core.jobs == {}
+
+
+def test_finish_timer_reports_the_job_done() -> None:
+    core = SimNodeCore(NODE, parse_overhead("none"))
+    _cmd(core, 0.0, [_launch(make_job("a").runs_for(10).build())])
+    (pub,) = core.on_timer(("finish", "a"), 10.0)
+    assert isinstance(pub, Publish) and pub.body == JobFinished(job_id="a", node_id="n0",
+                                                                iterations_done=10.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "per_event", "restart", "slowdown"),
+    [
+        ("none", 0.0, 0.0, 1.0),
+        ("flat:30", 0.0, 30.0, 1.0),
+        ("muri", 10.0, 0.0, 1.015),  # unknown model: Muri's 10 s default
+        ("elasticflow", 2.0, (2 + 1) * 2.0 + 27.0, 1.0),  # log2(4) + 1 = 3 → 6 s + 27 s
+    ],
+)
+def test_overhead_models(text: str, per_event: float, restart: float, slowdown: float) -> None:
+    m = parse_overhead(text)
+    spec = make_job("a").model("unknown-model").gpus(4).build()
+    assert m.per_event(spec) == per_event
+    assert m.restart(spec) == pytest.approx(restart)
+    assert m.iteration_time(spec) == pytest.approx(spec.iteration_time_s * slowdown)
+
+
+@pytest.mark.parametrize("text", ["zero", "flat:", "flat:-1", "flat:inf", "flat:abc"])
+def test_bad_overhead_is_rejected(text: str) -> None:
+    with pytest.raises(ValueError, match="overhead"):
+        parse_overhead(text)
+
+
+@pytest.mark.parametrize(
+    ("remaining", "last", "ready", "now", "lost", "expected"),
+    [
+        (100, 0, 0, 10, 0, 90),
+        (100, 0, 0, 10, 4, 94),
+        (100, 0, 0, 3, 4, 100),  # a short interval loses all, never negative progress
+        (100, 0, 5, 10, 0, 95),  # progress only after the restart delay
+    ],
+)
+def test_advance(remaining: float, last: float, ready: float, now: float, lost: float,
+                 expected: float) -> None:
+    assert advance(remaining, last, ready, now, 1.0, lost) == expected
