@@ -134,7 +134,7 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
         size, items = sources[i]
         if size is not None and size >= limit:
             continue  # nothing in this stream can fit any more
-        g = jobs[job_id].gpus
+        g = size if size is not None else jobs[job_id].gpus
         if g < limit:
             slots = fit.try_place(job_id, g)
             if slots is not None:

@@ -50,6 +50,19 @@ class JobOutcome:
         )
 
 
+# The decision log behind `decision_digest`: one canonical line per decision. Floats use repr
+# (shortest round-trip form), so equal values give equal lines on every bus and machine.
+def transition_record(t: JobTransition, at: float) -> str:
+    return (f"T {at!r} {t.job_id} {t.previous} {t.state} {t.cause} {t.gpus} {t.placement} "
+            f"{t.iterations_done!r}\n")
+
+
+def plan_record(p: PlanDecided, at: float) -> str:
+    launches = " ".join(f"{x.job_id}@{x.placement}:{x.iterations_done!r}" for x in p.launches)
+    stops = " ".join(f"{x.job_id}:{x.reason}" for x in p.stops)
+    return f"P {at!r} {p.cycle} [{launches}] [{stops}] {p.running} {p.busy_gpus}\n"
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Muri's calc.py convention: sorted[floor(q·n)], clamped to the last element."""
     n = len(sorted_values)
@@ -84,11 +97,12 @@ class MetricsCore:
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
         self.decisions += 1
-        self._digest.update(env.type.encode())
-        self._digest.update(body.model_dump_json().encode())  # canonical: fixed field order
         if isinstance(body, JobTransition):
+            self._digest.update(transition_record(body, env.occurred_at).encode())
             self._on_transition(body, env.occurred_at)
-        elif not isinstance(body, PlanDecided):
+        elif isinstance(body, PlanDecided):
+            self._digest.update(plan_record(body, env.occurred_at).encode())
+        else:
             raise TypeError(f"metrics does not handle {env.type}")
         return []
 

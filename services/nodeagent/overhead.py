@@ -91,5 +91,5 @@ def advance(remaining: float, last: float, ready_at: float, now: float, iteratio
     (a per-event charge). Node agents account with this; the scheduler uses the same function
     to estimate progress between reports, so in a simulation the estimate is exact.
     """
-    useful = now - max(last, ready_at) - lost_s
+    useful = now - (last if last > ready_at else ready_at) - lost_s
     return remaining - useful / iteration_s if useful > 0 else remaining

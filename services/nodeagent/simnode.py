@@ -38,7 +38,8 @@ class _Run:
         self.last = now
 
     def finish_timer(self, now: float) -> SetTimer:
-        at = max(now, self.ready_at) + max(self.remaining, 0.0) * self.iteration_s
+        start = now if now > self.ready_at else self.ready_at
+        at = start + (self.remaining if self.remaining > 0.0 else 0.0) * self.iteration_s
         return SetTimer(("finish", self.spec.job_id), at, PRIORITY_INPUT)
 
 

@@ -100,6 +100,12 @@ class Topology:
         self.cluster = cluster
         self.nodes = [(n.node_id, n.switch_id, n.gpus) for n in cluster.nodes]
         self.index = {n.node_id: i for i, n in enumerate(cluster.nodes)}
+        groups: dict[str, list[int]] = {}
+        for i, n in enumerate(cluster.nodes):
+            groups.setdefault(n.switch_id, []).append(i)
+        self.switch_groups = list(groups.values())
+        sizes = {n.gpus for n in cluster.nodes if n.gpus}
+        self.uniform = len(sizes) <= 1
         self.total_gpus = cluster.total_gpus
         self._masks: dict[GpuSlots, tuple[tuple[int, int], ...] | None] = {}
 
@@ -134,16 +140,13 @@ class CyclePlacement:
             raise ValueError(f"unknown placement scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         topo = cluster if isinstance(cluster, Topology) else Topology(cluster)
         self.scheme = scheme
-        self._nodes = [_Node(nid, sw, size, (1 << size) - 1, 0) for nid, sw, size in topo.nodes]
-        self._by_id = {n.node_id: n for n in self._nodes}
-        self._switches: dict[str, list[_Node]] = {}
-        for n in self._nodes:
-            self._switches.setdefault(n.switch, []).append(n)
+        self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0)
+                               for nid, sw, size in topo.nodes]
+        self._switches = [[nodes[i] for i in group] for group in topo.switch_groups]
         self.free_gpus = topo.total_gpus
         self._previous = previous or {}
         # Each running job's GPUs as (node, mask), or None if they no longer exist.
         self._held: dict[str, list[tuple[_Node, int]] | None] = {}
-        nodes = self._nodes
         for job_id, slots in self._previous.items():
             masks = topo.masks(slots)
             if masks is None:
@@ -157,8 +160,7 @@ class CyclePlacement:
         self.placed: dict[str, GpuSlots] = {}
         # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
         # not either), which lets policies skip ahead; mixed node sizes break that.
-        sizes = {n.size for n in self._nodes if n.size}
-        self.monotone = len(sizes) <= 1
+        self.monotone = topo.uniform
 
     # -- queries used for "why is my job pending" ------------------------------------------
     def largest_block(self) -> int:
@@ -198,9 +200,12 @@ class CyclePlacement:
             return None
         for node, m in held:
             node.held &= ~m  # no longer reserved for it, whatever happens next
-        if sum(m.bit_count() for _, m in held) != gpus:
-            return None
-        if any(node.free & m != m for node, m in held):
+        count = 0
+        for node, m in held:
+            if node.free & m != m:
+                return None
+            count += m.bit_count()
+        if count != gpus:
             return None
         for node, m in held:
             node.free &= ~m
@@ -212,7 +217,7 @@ class CyclePlacement:
         if fits:
             best = min(fits, key=lambda n: n.n_free)  # tightest fit
             return ((best.node_id, best.take(gpus)),)
-        for members in self._switches.values():
+        for members in self._switches:
             if all(n.size < gpus for n in members):
                 slots = self._multi_node(members, gpus, displace)
                 if slots is not None:
@@ -243,7 +248,7 @@ class CyclePlacement:
 
     def _spread(self, gpus: int, displace: bool) -> GpuSlots | None:
         """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can."""
-        switches = sorted(self._switches.values(),
+        switches = sorted(self._switches,
                           key=lambda ms: -sum(n.available(displace) for n in ms))
         best = switches[0]
         pool = best if sum(n.available(displace) for n in best) >= gpus else self._nodes

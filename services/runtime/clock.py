@@ -21,6 +21,11 @@ class Clock(Protocol):
 
     def call_at(self, when: float, priority: int, callback: Callback) -> TimerHandle: ...
 
+    def move(self, handle: TimerHandle, when: float, priority: int,
+             callback: Callback) -> TimerHandle:
+        """Re-time a pending timer (as if cancelled and set again)."""
+        ...
+
 
 class VirtualClock:
     """Time advances only when the kernel pops the next entry."""
@@ -33,6 +38,11 @@ class VirtualClock:
 
     def call_at(self, when: float, priority: int, callback: Callback) -> Entry:
         return self.kernel.schedule(max(when, self.kernel.now), priority, callback)
+
+    def move(self, handle: TimerHandle, when: float, priority: int,
+             callback: Callback) -> TimerHandle:
+        assert isinstance(handle, Entry)
+        return self.kernel.reschedule(handle, max(when, self.kernel.now), priority)
 
 
 class _WallTimer:
@@ -59,3 +69,8 @@ class WallClock:
         delay = max(0.0, (when - self.now()) / self._scale)
         handle = loop.call_later(delay, lambda: loop.create_task(callback()))
         return _WallTimer(handle)
+
+    def move(self, handle: TimerHandle, when: float, priority: int,
+             callback: Callback) -> TimerHandle:
+        handle.cancel()
+        return self.call_at(when, priority, callback)

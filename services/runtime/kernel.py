@@ -16,10 +16,12 @@ Action = Callable[[], Awaitable[None]]
 class Entry:
     """A scheduled action; `cancel()` makes the kernel skip it."""
 
-    __slots__ = ("action", "time")
+    __slots__ = ("action", "priority", "seq", "time")
 
-    def __init__(self, time: float, action: Action) -> None:
+    def __init__(self, time: float, priority: int, seq: int, action: Action) -> None:
         self.time = time
+        self.priority = priority
+        self.seq = seq
         self.action: Action | None = action
 
     def cancel(self) -> None:
@@ -38,8 +40,24 @@ class SimKernel:
         if when < self.now:
             raise ValueError(f"cannot schedule in the past: {when} < now {self.now}")
         self._seq += 1
-        entry = Entry(when, action)
+        entry = Entry(when, priority, self._seq, action)
         heapq.heappush(self._heap, (when, priority, self._seq, entry))
+        return entry
+
+    def reschedule(self, entry: Entry, when: float, priority: int) -> Entry:
+        """Move a pending entry; it then runs exactly as a freshly scheduled one would.
+
+        Moving later is lazy: the entry takes its new (time, priority, sequence) now and is
+        re-pushed when its old place in the heap comes up, so a timer that is pushed back at
+        every cycle costs O(1) per move instead of a heap push and a dead entry.
+        """
+        if entry.action is None or when < entry.time or priority != entry.priority:
+            action = entry.action
+            entry.cancel()
+            assert action is not None, "cannot reschedule a cancelled entry"
+            return self.schedule(when, priority, action)
+        self._seq += 1
+        entry.time, entry.seq = when, self._seq
         return entry
 
     def push(self, when: float, priority: int, action: Action) -> None:
@@ -60,16 +78,22 @@ class SimKernel:
         every: int = 4096,
     ) -> None:
         heap = self._heap
-        pop = heapq.heappop
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
             if progress is not None and self.steps % every == 0:
                 progress()
             if until is not None and heap[0][0] > until:
                 break
-            when, _, _, item = pop(heap)
-            action: Action | None = item.action if type(item) is Entry else item  # type: ignore[assignment]
-            if action is None:
-                continue  # a cancelled timer
+            when, _, seq, item = pop(heap)
+            if type(item) is Entry:
+                if item.action is None:
+                    continue  # cancelled
+                if item.seq != seq:  # moved: take its new place in the order
+                    push(heap, (item.time, item.priority, item.seq, item))
+                    continue
+                action: Action = item.action
+            else:
+                action = item  # type: ignore[assignment]
             self.now = when
             self.steps += 1
             await action()

@@ -100,10 +100,13 @@ class Shell:
                 await self.bus.publish(eff.subject, self._wrap(eff.body, eff.event_id, cause))
             elif type(eff) is SetTimer:
                 key = eff.key
-                old = timers.pop(key, None)
-                if old is not None:
-                    old.cancel()
-                timers[key] = self.clock.call_at(eff.at, eff.priority, partial(self._fire, key))
+                old = timers.get(key)
+                if old is None:
+                    timers[key] = self.clock.call_at(eff.at, eff.priority,
+                                                     partial(self._fire, key))
+                else:
+                    timers[key] = self.clock.move(old, eff.at, eff.priority,
+                                                  partial(self._fire, key))
             elif type(eff) is CancelTimer:
                 old = self._timers.pop(eff.key, None)
                 if old is not None:

@@ -148,6 +148,9 @@ class SchedulerCore:
         rec = self.jobs[job_id]
         if rec.state is not None and rec.state.waiting:
             return self.policy.waiting_status(job_id)
+        if rec.state is JobState.RUNNING:  # derived on demand: cheaper than one per launch
+            return Status(code=StatusCode.RUNNING, reason=rec.history[-1].cause,
+                          decided_by=self.policy.name)
         assert rec.status is not None
         return rec.status
 
@@ -303,7 +306,6 @@ class SchedulerCore:
             rec.remaining = rec.spec.iterations - rec.iterations_done
             rec.progress_at = now
             rec.ready_at = now + self.config.overhead.restart(rec.spec)
-            rec.status = Status(code=StatusCode.RUNNING, reason=cause, decided_by=self.policy.name)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done))
             transitions.append(self._transition(rec, JobState.RUNNING, cause, now))
@@ -334,5 +336,6 @@ class SchedulerCore:
         return Publish(subjects.JOB_TRANSITION, JobTransition(
             job_id=rec.spec.job_id, state=state, previous=previous, cause=cause, gpus=gpus,
             placement=rec.placement if state is JobState.RUNNING else (),
-            iterations_done=rec.iterations_done, status=rec.status,
+            iterations_done=rec.iterations_done,
+            status=rec.status if state.terminal else None,
             spec=rec.spec if with_spec else None))
