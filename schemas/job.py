@@ -14,17 +14,16 @@ MAX_NAME = 128
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.:\-/]+$")]
 
 
-class JobSpec(BaseModel):
-    """A training job as the scheduler knows it (canonical, fully specified).
+class _JobFields(BaseModel):
+    """Fields a job has however it arrives; times in seconds.
 
-    Times are seconds. `iteration_time_s` is the solo time of one iteration at `gpus` GPUs;
-    `stage_times_s` optionally splits it into per-resource stages (data loading, GPU compute,
-    gradient communication) for interleaving policies.
+    `iteration_time_s` is the solo time of one iteration at `gpus` GPUs; `stage_times_s`
+    optionally splits it into per-resource stages (data loading, GPU compute, gradient
+    communication) for interleaving policies.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job_id: Name
     tenant: Name = "default"
     model: Name
     batch_size: int | None = Field(default=None, ge=1)
@@ -37,12 +36,11 @@ class JobSpec(BaseModel):
     deadline_s: float | None = None
     best_effort: bool = False
     priority: int = 0
-    submit_time_s: float = Field(ge=0)
     gpu_type: Name | None = None
     duration_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
-    def _check_bounds(self) -> JobSpec:
+    def _check_bounds(self) -> _JobFields:
         if self.min_gpus is not None and self.min_gpus > self.gpus:
             raise ValueError(f"min_gpus ({self.min_gpus}) exceeds gpus ({self.gpus})")
         if self.max_gpus is not None and self.max_gpus < self.gpus:
@@ -51,37 +49,28 @@ class JobSpec(BaseModel):
             raise ValueError("stage_times_s must be non-negative")
         return self
 
+
+class JobSpec(_JobFields):
+    """A training job as the scheduler knows it: named and stamped."""
+
+    job_id: Name
+    submit_time_s: float = Field(ge=0)
+
     @property
     def work_s(self) -> float:
         """Solo run time at the requested GPU count."""
         return self.iterations * self.iteration_time_s
 
 
-class SubmitJob(BaseModel):
+class SubmitJob(_JobFields):
     """A submission as people type it (`nats pub loom.jobs.submit '{...}'`).
 
     `job_id` and `submit_time_s` may be left out: the scheduler assigns an id and stamps the
     time it received the submission.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     job_id: Name | None = None
-    tenant: Name = "default"
-    model: Name
-    batch_size: int | None = Field(default=None, ge=1)
-    gpus: int = Field(ge=1, le=MAX_GPUS)
-    min_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
-    max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
-    iterations: int = Field(ge=1)
-    iteration_time_s: float = Field(gt=0)
-    stage_times_s: tuple[float, ...] | None = None
-    deadline_s: float | None = None
-    best_effort: bool = False
-    priority: int = 0
     submit_time_s: float | None = Field(default=None, ge=0)
-    gpu_type: Name | None = None
-    duration_s: float | None = Field(default=None, ge=0)
 
     def to_spec(self, job_id: str, now: float) -> JobSpec:
         data = self.model_dump()

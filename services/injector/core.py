@@ -13,10 +13,10 @@ from schemas import subjects
 from schemas.events import Envelope
 from schemas.job import JobSpec, SubmitJob
 from services.runtime.effects import PRIORITY_INPUT, Effect, Publish, SetTimer
-from services.runtime.service import Subscribe
+from services.runtime.service import CoreDefaults, Subscribe
 
 
-class InjectorCore:
+class InjectorCore(CoreDefaults):
     name = "injector"
 
     def __init__(self, jobs: Sequence[JobSpec], id_prefix: str = "submit") -> None:

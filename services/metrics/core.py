@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas import subjects
 from schemas.events import Envelope, JobTransition, PlanDecided
 from schemas.job import JobState
 from services.runtime.effects import Effect
-from services.runtime.service import Subscribe
+from services.runtime.service import CoreDefaults, Subscribe
 
 
 @dataclass(slots=True)
@@ -69,7 +69,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[min(n - 1, math.floor(q * n))]
 
 
-class MetricsCore:
+class MetricsCore(CoreDefaults):
     name = "metrics"
 
     def __init__(self, total_gpus: int) -> None:
@@ -87,12 +87,6 @@ class MetricsCore:
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED))
-
-    def start(self, now: float) -> list[Effect]:
-        return []
-
-    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
-        raise KeyError(key)
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body

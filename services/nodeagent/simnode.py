@@ -18,7 +18,7 @@ from schemas.events import CycleStarted, Envelope, JobFinished, Launch, NodeComm
 from schemas.job import JobSpec
 from services.nodeagent.overhead import OverheadModel, advance
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
-from services.runtime.service import Subscribe
+from services.runtime.service import CoreDefaults, Subscribe
 
 
 @dataclass(slots=True)
@@ -43,7 +43,7 @@ class _Run:
         return SetTimer(("finish", self.spec.job_id), at, PRIORITY_INPUT)
 
 
-class SimNodeCore:
+class SimNodeCore(CoreDefaults):
     def __init__(self, node: NodeSpec, overhead: OverheadModel) -> None:
         self.node = node
         self.name = f"nodeagent-{node.node_id}"
@@ -53,9 +53,6 @@ class SimNodeCore:
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.node_command(self.node.node_id)),
                 Subscribe(subjects.CYCLE_STARTED))
-
-    def start(self, now: float) -> list[Effect]:
-        return []
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body

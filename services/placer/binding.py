@@ -7,20 +7,20 @@ and tells each node agent exactly what to start and stop.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.events import Envelope, GpuSlots, JobFinished, Launch, NodeCommand, PlanDecided, Stop
 from services.runtime.effects import Effect, Publish
-from services.runtime.service import Subscribe
+from services.runtime.service import CoreDefaults, Subscribe
 
 
 class DoubleBooking(RuntimeError):
     pass
 
 
-class PlacerCore:
+class PlacerCore(CoreDefaults):
     name = "placer"
 
     def __init__(self, cluster: ClusterSpec) -> None:
@@ -32,12 +32,6 @@ class PlacerCore:
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.PLAN_DECIDED), Subscribe(subjects.JOB_FINISHED))
-
-    def start(self, now: float) -> list[Effect]:
-        return []
-
-    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
-        raise KeyError(key)
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body

@@ -42,6 +42,16 @@ class Core(Protocol):
     def on_timer(self, key: Hashable, now: float) -> list[Effect]: ...
 
 
+class CoreDefaults:
+    """What most cores do at start and on timers: nothing (mix in and override as needed)."""
+
+    def start(self, now: float) -> list[Effect]:
+        return []
+
+    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
+        raise KeyError(f"{type(self).__name__} set no timer {key!r}")
+
+
 class Shell:
     def __init__(self, core: Core, bus: Bus, clock: Clock, *, run_id: str = "run") -> None:
         self.core = core

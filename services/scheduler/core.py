@@ -51,7 +51,7 @@ from services.runtime.effects import (
     Publish,
     SetTimer,
 )
-from services.runtime.service import Subscribe
+from services.runtime.service import CoreDefaults, Subscribe
 from services.scheduler.lifecycle import Transition, check
 
 Replan = Literal["event", "round"]
@@ -93,7 +93,7 @@ class JobRecord:
                             self.attained_s, self.preemptions)
 
 
-class SchedulerCore:
+class SchedulerCore(CoreDefaults):
     name = NAME
 
     def __init__(self, cluster: ClusterSpec, policy: Policy, config: SchedulerConfig) -> None:
@@ -119,9 +119,6 @@ class SchedulerCore:
             Subscribe(subjects.JOB_FINISHED),
             Subscribe(subjects.NODE_STATUS),
         )
-
-    def start(self, now: float) -> list[Effect]:
-        return []
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
