@@ -59,7 +59,7 @@ class Snapshot:
     now: float
     cluster: ClusterSpec
     jobs: Mapping[str, JobView]  # every active (waiting or running) job
-    running: tuple[JobView, ...]
+    running: tuple[JobView, ...]  # in admission order
 
 
 class Fitter(Protocol):

@@ -48,7 +48,9 @@ class OverheadModel:
 
     def iteration_time(self, spec: JobSpec) -> float:
         if self.kind == "muri":
-            return spec.iteration_time_s * _MURI_SLOWDOWN
+            # Muri's arithmetic exactly (ms × 1.015 / 1000): a last-bit difference in a finish
+            # time can reorder two events and change a later decision.
+            return spec.iteration_time_s * 1000.0 * _MURI_SLOWDOWN / 1000.0
         return spec.iteration_time_s
 
     def per_event(self, spec: JobSpec) -> float:

@@ -74,6 +74,7 @@ class SchedulerConfig:
 @dataclass(slots=True)
 class JobRecord:
     spec: JobSpec
+    admitted: int = 0  # admission order: ties between jobs resolve in this order
     state: JobState | None = None
     iterations_done: float = 0.0
     remaining: float = 0.0  # estimated iterations left while running
@@ -91,6 +92,10 @@ class JobRecord:
     def view(self) -> JobView:
         return JobView.make(self.spec, self.state is JobState.RUNNING, self.iterations_done,
                             self.attained_s, self.preemptions)
+
+
+def _admission_order(rec: JobRecord) -> int:
+    return rec.admitted
 
 
 class SchedulerCore(CoreDefaults):
@@ -171,7 +176,7 @@ class SchedulerCore(CoreDefaults):
         if spec.gpu_type is not None and spec.gpu_type not in self._types:
             reason = f"GPU type {spec.gpu_type!r} not in cluster ({', '.join(sorted(self._types))})"
             return self._reject(job_id, spec, StatusCode.REJECTED_TOO_LARGE, reason, now)
-        rec = JobRecord(spec=spec, accounted_at=now)
+        rec = JobRecord(spec=spec, admitted=len(self.jobs), accounted_at=now)
         self.jobs[job_id] = rec
         effects: list[Effect] = [
             self._transition(rec, JobState.QUEUED, "admitted", now, with_spec=True)
@@ -250,7 +255,9 @@ class SchedulerCore(CoreDefaults):
     def _plan(self, now: float) -> list[Effect]:
         running_views = []
         model = self.config.overhead
-        for rec in self._running.values():
+        # Admission order, not start order: policies that visit running jobs one by one (e.g.
+        # Tiresias demotions) must not depend on when a job last resumed.
+        for rec in sorted(self._running.values(), key=_admission_order):
             # Mirror the node agent closing the interval at this cycle (see module docstring).
             rec.remaining = advance(rec.remaining, rec.progress_at, rec.ready_at, now,
                                     model.iteration_time(rec.spec), model.per_event(rec.spec))

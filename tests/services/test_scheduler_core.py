@@ -164,3 +164,22 @@ def test_tiresias_wakeup_is_armed_and_cleared() -> None:
 def test_subscriptions_cover_what_the_scheduler_consumes() -> None:
     subs = {s.subject for s in _core().subscriptions()}
     assert subs == {subjects.JOB_SUBMIT, subjects.JOB_FINISHED, subjects.NODE_STATUS}
+
+
+def test_policies_see_running_jobs_in_admission_order_not_start_order() -> None:
+    """Tiresias demotes simultaneous crossers in this order (as the Muri simulator does)."""
+    core = _core(nodes=2, gpus=4)
+    seen: list[list[str]] = []
+    plan = core.policy.plan
+
+    def spy(snap, fit):  # type: ignore[no-untyped-def]
+        seen.append([v.job_id for v in snap.running])
+        return plan(snap, fit)
+
+    core.policy.plan = spy  # type: ignore[method-assign]
+    _submit(core, make_job("a").gpus(4).runs_for(1000).build(), 0.0)
+    _submit(core, make_job("x").gpus(4).runs_for(20).build(), 0.0)
+    eff = core.on_timer("cycle", 0.0)  # SRTF starts x (shorter) before a
+    assert [launch.job_id for launch in _published(eff, PlanDecided)[0].launches] == ["x", "a"]
+    core.on_timer("cycle", 5.0)
+    assert seen[-1] == ["a", "x"]
