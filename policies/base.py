@@ -78,6 +78,8 @@ class Plan:
     """Which jobs run where after this cycle, and why the others wait."""
 
     run: dict[str, GpuSlots] = field(default_factory=dict)  # in priority order
+    # Jobs that share GPUs (all members, sorted), for each member; jobs alone are absent.
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     blocked: dict[str, Status] = field(default_factory=dict)  # examined, did not fit
     wakeup_at: float | None = None  # re-plan then even if nothing arrives or finishes
     # Where the walk ended, to explain jobs it never reached (see `status_for_waiting`).

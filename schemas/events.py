@@ -56,6 +56,8 @@ class Launch(_Body):
     spec: JobSpec
     placement: GpuSlots
     iterations_done: float = 0.0
+    # Jobs that share these GPUs with it (interleaved, Muri), including itself; () when alone.
+    colocated: tuple[str, ...] = ()
 
 
 class Stop(_Body):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,7 +78,9 @@ class MetricsCore(CoreDefaults):
         self.jobs: dict[str, JobOutcome] = {}
         self._digest = hashlib.sha256()
         self.decisions = 0
-        self._busy = 0
+        # GPU → how many running jobs hold it (interleaved jobs share GPUs; count a GPU once)
+        self._holders: Counter[tuple[str, int]] = Counter()
+        self._placement: dict[str, list[tuple[str, int]]] = {}
         self._busy_since = 0.0
         self.busy_gpu_s = 0.0
         self.first_submit: float | None = None
@@ -104,10 +107,17 @@ class MetricsCore(CoreDefaults):
     def digest(self) -> str:
         return self._digest.hexdigest()
 
-    def _set_busy(self, delta: int, at: float) -> None:
-        self.busy_gpu_s += self._busy * (at - self._busy_since)
-        self._busy += delta
+    def _occupy(self, job_id: str, gpus: list[tuple[str, int]] | None, at: float) -> None:
+        """Job now holds `gpus` (None: nothing); integrates busy GPUs up to `at` first."""
+        self.busy_gpu_s += len(self._holders) * (at - self._busy_since)
         self._busy_since = at
+        for gpu in self._placement.pop(job_id, ()):
+            self._holders[gpu] -= 1
+            if not self._holders[gpu]:
+                del self._holders[gpu]
+        if gpus:
+            self._placement[job_id] = gpus
+            self._holders.update(gpus)
 
     def _on_transition(self, t: JobTransition, at: float) -> None:
         out = self.jobs.get(t.job_id)
@@ -121,12 +131,15 @@ class MetricsCore(CoreDefaults):
             self.jobs[t.job_id] = out
             if self.first_submit is None or spec.submit_time_s < self.first_submit:
                 self.first_submit = spec.submit_time_s
-        if t.previous is JobState.RUNNING and t.state is not JobState.RUNNING:
-            self._set_busy(-out.gpus, at)
-        if t.state is JobState.RUNNING and t.previous is not JobState.RUNNING:
-            self._set_busy(out.gpus, at)
+        if t.state is JobState.RUNNING:
+            gpus = [(node, i) for node, idx in t.placement for i in idx]
+            # A transition without a placement (hand-made, or older producers) still counts.
+            self._occupy(t.job_id, gpus or [(f"job:{t.job_id}", i) for i in range(out.gpus)],
+                         at)
             if out.start_s is None:
                 out.start_s = at
+        elif t.previous is JobState.RUNNING:
+            self._occupy(t.job_id, None, at)
         if t.state is JobState.PREEMPTED:
             out.preemptions += 1
         if t.state is JobState.FINISHED:

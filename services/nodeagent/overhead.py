@@ -13,9 +13,11 @@ The research simulators disagree, and the choice changes results (algorithms.md 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas.job import JobSpec
+from services.nodeagent.interleave import group_iteration_time
 
 # Muri run_sim.py: measured start overhead in seconds, by GPU count and model.
 _MURI_OVERHEAD: dict[int, dict[str, float]] = {
@@ -33,7 +35,7 @@ _MURI_OVERHEAD: dict[int, dict[str, float]] = {
          "gpt2": 10, "a2c": 46, "dqn": 8},
 }
 _MURI_DEFAULT = 10.0
-_MURI_SLOWDOWN = 1.015
+MURI_SLOWDOWN = 1.015  # Muri's calibration of every job's solo iteration time
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class OverheadModel:
         if self.kind == "muri":
             # Muri's arithmetic exactly (ms × 1.015 / 1000): a last-bit difference in a finish
             # time can reorder two events and change a later decision.
-            return spec.iteration_time_s * 1000.0 * _MURI_SLOWDOWN / 1000.0
+            return spec.iteration_time_s * 1000.0 * MURI_SLOWDOWN / 1000.0
         return spec.iteration_time_s
 
     def per_event(self, spec: JobSpec) -> float:
@@ -95,3 +97,20 @@ def advance(remaining: float, last: float, ready_at: float, now: float, iteratio
     """
     useful = now - (last if last > ready_at else ready_at) - lost_s
     return remaining - useful / iteration_s if useful > 0 else remaining
+
+
+def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel
+              ) -> tuple[float, float]:
+    """(seconds per iteration, per-event charge) of a job, alone or sharing its GPUs.
+
+    Sharing: every member runs at the group's interleaved iteration time (Muri's model) and
+    an event costs each member the sum of the members' charges, as Muri's simulator does.
+    """
+    if len(colocated) < 2:
+        return model.iteration_time(spec), model.per_event(spec)
+    stages = []
+    for member in colocated:
+        if member.stage_times_s is None:
+            raise ValueError(f"job {member.job_id} has no stage times; it cannot interleave")
+        stages.append(member.stage_times_s)
+    return group_iteration_time(stages), sum(model.per_event(m) for m in colocated)

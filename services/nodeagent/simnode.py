@@ -1,5 +1,8 @@
 """A simulated node: advances its jobs from their iteration times under an overhead model.
 
+Jobs that share GPUs (Muri's interleaving) each run at the group's interleaved iteration time
+(`overhead.job_rates`).
+
 Only the first node of a job's placement (its leader) accounts progress and reports the finish;
 the other nodes of a gang just hold their GPUs. At each scheduling cycle the node closes every
 running job's interval (charging the model's per-event cost) and re-arms the job's completion
@@ -16,7 +19,7 @@ from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import CycleStarted, Envelope, JobFinished, Launch, NodeCommand, NodeStatus
 from schemas.job import JobSpec
-from services.nodeagent.overhead import OverheadModel, advance
+from services.nodeagent.overhead import OverheadModel, advance, job_rates
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
 
@@ -89,16 +92,20 @@ class SimNodeCore(CoreDefaults):
         if stopped:
             effects.append(Publish(subjects.NODE_STATUS, NodeStatus(
                 node_id=self.node.node_id, cycle=cmd.cycle, progress=stopped)))
-        for launch in cmd.launches:
-            effects += self._launch(launch, now)
+        started = [self._launch(launch, now) for launch in cmd.launches]
+        # Rates after every launch of the command is in: co-located jobs start together.
+        for launch, run in zip(cmd.launches, started, strict=True):
+            if run.leader:
+                members = [self.jobs[j].spec for j in launch.colocated if j in self.jobs]
+                run.iteration_s, run.per_event_s = job_rates(run.spec, members, self.overhead)
+                effects.append(run.finish_timer(now))
         return effects
 
-    def _launch(self, launch: Launch, now: float) -> list[Effect]:
+    def _launch(self, launch: Launch, now: float) -> _Run:
         spec = launch.spec
-        leader = launch.placement[0][0] == self.node.node_id
         run = _Run(
             spec=spec,
-            leader=leader,
+            leader=launch.placement[0][0] == self.node.node_id,
             remaining=spec.iterations - launch.iterations_done,
             last=now,
             ready_at=now + self.overhead.restart(spec),
@@ -106,4 +113,4 @@ class SimNodeCore(CoreDefaults):
             per_event_s=self.overhead.per_event(spec),
         )
         self.jobs[spec.job_id] = run
-        return [run.finish_timer(now)] if leader else []
+        return run

@@ -2,7 +2,9 @@
 
 It keeps who holds every GPU, applies a plan's stops before its launches, refuses any launch
 onto a GPU someone else holds (a double booking is a bug upstream, never silently accepted)
-and tells each node agent exactly what to start and stop.
+and tells each node agent exactly what to start and stop. Jobs that interleave (Muri) share
+GPUs by design: a GPU may be held by several jobs only if they are one declared group.
+A refused plan changes nothing: the whole plan is checked before any of it is applied.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from schemas.cluster import ClusterSpec
 from schemas.events import Envelope, GpuSlots, JobFinished, Launch, NodeCommand, PlanDecided, Stop
 from services.runtime.effects import Effect, Publish
 from services.runtime.service import CoreDefaults, Subscribe
+
+Gpu = tuple[str, int]
 
 
 class DoubleBooking(RuntimeError):
@@ -27,7 +31,7 @@ class PlacerCore(CoreDefaults):
         self.cluster = cluster
         self._size = {n.node_id: n.gpus for n in cluster.nodes}
         self._order = [n.node_id for n in cluster.nodes]
-        self.owner: dict[tuple[str, int], str] = {}
+        self.owner: dict[Gpu, set[str]] = {}  # jobs holding each GPU
         self.bound: dict[str, GpuSlots] = {}
 
     def subscriptions(self) -> Sequence[Subscribe]:
@@ -45,7 +49,11 @@ class PlacerCore(CoreDefaults):
         slots = self.bound.pop(job_id, ())
         for node, gpus in slots:
             for i in gpus:
-                self.owner.pop((node, i), None)
+                holders = self.owner.get((node, i))
+                if holders is not None:
+                    holders.discard(job_id)
+                    if not holders:
+                        del self.owner[(node, i)]
         return slots
 
     def _bind(self, plan: PlanDecided) -> list[Effect]:
@@ -58,16 +66,17 @@ class PlacerCore(CoreDefaults):
         for launch in plan.launches:
             for node, gpus in launch.placement:
                 for i in gpus:
-                    self.owner[(node, i)] = launch.job_id
+                    self.owner.setdefault((node, i), set()).add(launch.job_id)
                 launches.setdefault(node, []).append(launch)
             self.bound[launch.job_id] = launch.placement
         return self._commands(plan.cycle, stops, launches)
 
     def _validate(self, plan: PlanDecided) -> None:
         stopping = {s.job_id for s in plan.stops}
-        claimed: dict[tuple[str, int], str] = {}
+        claimed: dict[Gpu, set[str]] = {}
         for launch in plan.launches:
             job = launch.job_id
+            allowed = set(launch.colocated) | {job}
             if job in self.bound and job not in stopping:
                 raise DoubleBooking(f"job {job} launched while still bound")
             nodes = [node for node, _ in launch.placement]
@@ -77,17 +86,18 @@ class PlacerCore(CoreDefaults):
                 size = self._size.get(node)
                 if size is None:
                     raise DoubleBooking(f"job {job}: unknown node {node!r}")
+                if len(set(gpus)) != len(gpus):
+                    raise DoubleBooking(f"job {job}: node {node} GPU listed twice: {gpus}")
                 for i in gpus:
                     if not 0 <= i < size:
                         raise DoubleBooking(f"job {job}: node {node} has no GPU {i}")
-                    if (node, i) in claimed:
+                    holders = (self.owner.get((node, i), set()) - stopping) | claimed.get(
+                        (node, i), set())
+                    others = holders - allowed
+                    if others:
                         raise DoubleBooking(
-                            f"job {job}: GPU {node}:{i} is held by job {claimed[(node, i)]}"
-                        )
-                    holder = self.owner.get((node, i))
-                    if holder is not None and holder not in stopping:
-                        raise DoubleBooking(f"job {job}: GPU {node}:{i} is held by job {holder}")
-                    claimed[(node, i)] = job
+                            f"job {job}: GPU {node}:{i} is held by job {min(others)}")
+                    claimed.setdefault((node, i), set()).add(job)
 
     def _finished(self, msg: JobFinished) -> list[Effect]:
         slots = self._release(msg.job_id)

@@ -40,7 +40,7 @@ from schemas.events import (
 )
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
-from services.nodeagent.overhead import OverheadModel, advance, parse_overhead
+from services.nodeagent.overhead import OverheadModel, advance, job_rates, parse_overhead
 from services.placer.core import CyclePlacement, Topology
 from services.runtime.bus import decode_submit
 from services.runtime.effects import (
@@ -80,6 +80,9 @@ class JobRecord:
     remaining: float = 0.0  # estimated iterations left while running
     progress_at: float = 0.0  # the estimate is as of this time
     ready_at: float = 0.0  # a restart's overhead ends here
+    iteration_s: float = 0.0  # effective, while running (alone or interleaved)
+    per_event_s: float = 0.0
+    group: tuple[str, ...] = ()  # jobs sharing its GPUs, itself included; () when alone
     attained_s: float = 0.0
     accounted_at: float = 0.0
     placement: GpuSlots = ()
@@ -254,13 +257,12 @@ class SchedulerCore(CoreDefaults):
 
     def _plan(self, now: float) -> list[Effect]:
         running_views = []
-        model = self.config.overhead
         # Admission order, not start order: policies that visit running jobs one by one (e.g.
         # Tiresias demotions) must not depend on when a job last resumed.
         for rec in sorted(self._running.values(), key=_admission_order):
             # Mirror the node agent closing the interval at this cycle (see module docstring).
             rec.remaining = advance(rec.remaining, rec.progress_at, rec.ready_at, now,
-                                    model.iteration_time(rec.spec), model.per_event(rec.spec))
+                                    rec.iteration_s, rec.per_event_s)
             rec.progress_at = now
             rec.iterations_done = rec.spec.iterations - rec.remaining
             rec.attained_s += now - rec.accounted_at
@@ -287,16 +289,19 @@ class SchedulerCore(CoreDefaults):
         for jid in [j for j in self._running if j not in plan.run]:
             rec = self._running.pop(jid)
             rec.preemptions += 1
-            rec.placement = ()
+            rec.placement, rec.group = (), ()
             stops.append(Stop(job_id=jid, reason="preempted"))
             transitions.append(self._transition(rec, JobState.PREEMPTED, "preempted", now))
             view = rec.view()
             self._views[jid] = view
+        model = self.config.overhead
         for jid, slots in plan.run.items():
             rec = self.jobs[jid]
+            group = plan.groups.get(jid, ())
             if rec.state is JobState.RUNNING:
-                if rec.placement == slots:
+                if rec.placement == slots and rec.group == group:
                     continue
+                # New GPUs or new partners: the job restarts under its new conditions.
                 stops.append(Stop(job_id=jid, reason="migrated"))
                 cause = "migrated"
             else:
@@ -304,19 +309,22 @@ class SchedulerCore(CoreDefaults):
                 if rec.started_at is None:
                     rec.started_at = now
                 self._running[jid] = rec
-            rec.placement = slots
+            rec.placement, rec.group = slots, group
             rec.accounted_at = now
             # What the node agent will do with this launch (see module docstring).
             rec.remaining = rec.spec.iterations - rec.iterations_done
             rec.progress_at = now
-            rec.ready_at = now + self.config.overhead.restart(rec.spec)
+            rec.ready_at = now + model.restart(rec.spec)
+            members = [self.jobs[j].spec for j in group]
+            rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
-                                   iterations_done=rec.iterations_done))
+                                   iterations_done=rec.iterations_done, colocated=group))
             transitions.append(self._transition(rec, JobState.RUNNING, cause, now))
             self._views[jid] = rec.view()
         effects: list[Effect] = []
         if stops or launches:
-            busy = sum(r.spec.gpus for r in self._running.values())
+            busy = len({(node, i) for r in self._running.values() for node, gpus in r.placement
+                        for i in gpus})
             effects.append(Publish(subjects.PLAN_DECIDED, PlanDecided(
                 cycle=self.cycle, launches=tuple(launches), stops=tuple(stops),
                 running=len(self._running), busy_gpus=busy)))

@@ -98,7 +98,7 @@ def test_launches_go_to_exactly_the_nodes_that_change(
     for lc in launches:
         assert core.bound[lc.job_id] == lc.placement
         for node, idx in lc.placement:
-            assert all(core.owner[(node, i)] == lc.job_id for i in idx)
+            assert all(core.owner[(node, i)] == {lc.job_id} for i in idx)
 
 
 def test_gang_launch_carries_the_same_launch_to_every_node() -> None:
@@ -121,7 +121,7 @@ def test_stops_are_applied_before_launches_so_freed_gpus_can_be_reused() -> None
     effects = bind(core, launch("new", (("n0", (0, 1)),)), stops=(stop("old"),), cycle=2)
     # Only n0 changes: it is told to stop `old` and start `new`; n1 hears nothing.
     assert summary(effects) == {"n0": (["old"], ["new"])}
-    assert core.owner[("n0", 0)] == core.owner[("n0", 1)] == "new"
+    assert core.owner[("n0", 0)] == core.owner[("n0", 1)] == {"new"}
     assert "old" not in core.bound and "keep" in core.bound
 
 
@@ -239,3 +239,23 @@ def test_launch_naming_a_gpu_twice_is_a_double_booking(placement: GpuSlots) -> N
     core = placer()
     with pytest.raises(DoubleBooking):
         bind(core, launch("a", placement))
+
+
+def test_a_colocated_group_shares_gpus_and_releases_them_member_by_member() -> None:
+    core = PlacerCore(cluster(1, 4))
+    slots: GpuSlots = (("n0", (0, 1)),)
+    group = ("a", "b")
+    plan = PlanDecided(cycle=1, launches=tuple(
+        Launch(job_id=j, spec=make_job(j).gpus(2).build(), placement=slots, colocated=group)
+        for j in group))
+    cmds = core.handle(envelope(plan, event_id="p", occurred_at=0.0, producer="t",
+                                causation_id=None), 0.0)
+    assert len(cmds) == 1 and core.owner[("n0", 0)] == {"a", "b"}
+    core.handle(envelope(JobFinished(job_id="a", node_id="n0", iterations_done=1),
+                         event_id="f", occurred_at=1.0, producer="t", causation_id=None), 1.0)
+    assert core.owner[("n0", 0)] == {"b"}  # still held by the other member
+    outsider = PlanDecided(cycle=2, launches=(
+        Launch(job_id="c", spec=make_job("c").gpus(2).build(), placement=slots),))
+    with pytest.raises(DoubleBooking, match="held by job b"):
+        core.handle(envelope(outsider, event_id="q", occurred_at=2.0, producer="t",
+                             causation_id=None), 2.0)
