@@ -128,8 +128,8 @@ def max_weight_pairs(groups: Sequence[Group], stages: Mapping[str, Stages],
     graph.add_nodes_from(range(n))
     rows, cols = np.nonzero(np.triu(keep & (weights > 0), 1))
     scaled = np.rint(weights[rows, cols] * SCALE).astype(np.int64)
-    graph.add_edges_from([(int(i), int(j), int(w)) for i, j, w in zip(rows, cols, scaled,
-                                                                        strict=True) if w > 0])
+    graph.add_edges_from([e for e in zip(rows.tolist(), cols.tolist(), scaled.tolist(),
+                                         strict=True) if e[2] > 0])
     if graph.num_edges() == 0:
         return []
     pairs = rx.max_weight_matching(graph, max_cardinality=False, weight_fn=lambda w: w)

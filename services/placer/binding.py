@@ -91,13 +91,14 @@ class PlacerCore(CoreDefaults):
                 for i in gpus:
                     if not 0 <= i < size:
                         raise DoubleBooking(f"job {job}: node {node} has no GPU {i}")
-                    holders = (self.owner.get((node, i), set()) - stopping) | claimed.get(
-                        (node, i), set())
-                    others = holders - allowed
-                    if others:
-                        raise DoubleBooking(
-                            f"job {job}: GPU {node}:{i} is held by job {min(others)}")
-                    claimed.setdefault((node, i), set()).add(job)
+                    gpu = (node, i)
+                    held = [h for h in self.owner.get(gpu, ()) if h not in stopping]
+                    mates = claimed.setdefault(gpu, set())
+                    for holder in (*held, *mates):
+                        if holder not in allowed:
+                            raise DoubleBooking(
+                                f"job {job}: GPU {node}:{i} is held by job {holder}")
+                    mates.add(job)
 
     def _finished(self, msg: JobFinished) -> list[Effect]:
         slots = self._release(msg.job_id)
