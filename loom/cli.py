@@ -19,8 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 import policies
+from loom.plots import jct_cdf
 from loom.report import results_table, write_run
 from loom.runs import RunSpec, compare, run_one
+from loom.simulate import SimResult
 from services.nodeagent.overhead import parse_overhead
 from services.runtime.logging import configure
 from services.runtime.natsserver import NatsServerError
@@ -97,6 +99,10 @@ def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
     )
 
 
+def _jcts(result: SimResult) -> list[float]:
+    return [j.jct_s for j in result.jobs if j.jct_s is not None]
+
+
 def _title(summary: dict[str, object]) -> str:
     return f"{summary['trace']} on {summary['cluster']} ({summary['bus']} bus)"
 
@@ -107,8 +113,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     dest = args.out or Path("runs") / f"{_slug(Path(args.trace).name)}-{args.policy}"
     result = run_one(spec, progress=True)
     write_run(dest, result.summary, result.jobs)
+    jct_cdf({args.policy: _jcts(result)}, dest / "jct_cdf.png", _title(result.summary))
     out.print(results_table([result.summary], _title(result.summary)))
-    out.print(f"wrote {dest}/summary.json and {dest}/jobs.csv")
+    out.print(f"wrote {dest}/summary.json, jobs.csv and jct_cdf.png")
     return 0 if result.summary["errors"] == 0 else 1
 
 
@@ -128,7 +135,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     summaries = [r.summary for r in results]
     out.print(results_table(summaries, _title(summaries[0])))
     (dest / "compare.json").write_text(json.dumps(summaries, indent=2) + "\n")
-    out.print(f"wrote {dest}/compare.json and {dest}/<policy>/")
+    jct_cdf({str(r.summary["policy"]): _jcts(r) for r in results}, dest / "jct_cdf.png",
+            _title(summaries[0]))
+    out.print(f"wrote {dest}/compare.json, jct_cdf.png and {dest}/<policy>/")
     return 0 if all(s["errors"] == 0 for s in summaries) else 1
 
 

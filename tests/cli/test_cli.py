@@ -29,6 +29,7 @@ def test_sim_writes_summary_and_jobs(tmp_path: Path, capsys: pytest.CaptureFixtu
         rows[0])
     jcts = [float(r["jct_s"]) for r in rows]
     assert sum(jcts) / len(jcts) == pytest.approx(summary["avg_jct_s"])
+    assert (tmp_path / "jct_cdf.png").read_bytes().startswith(b"\x89PNG")
     assert "srtf" in capsys.readouterr().out
 
 
@@ -66,6 +67,8 @@ def test_compare_prints_one_table_and_writes_each_policy(
         assert p in table and (tmp_path / p / "summary.json").exists()
     combined = json.loads((tmp_path / "compare.json").read_text())
     assert [s["policy"] for s in combined] == ["fifo", "srtf", "tiresias"]
+    png = (tmp_path / "jct_cdf.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000  # a real plot, not an empty file
 
 
 def test_sim_reads_a_trace_file_path(tmp_path: Path) -> None:
