@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from policies.base import Policy
 from policies.fifo import Fifo
+from policies.gittins import TiresiasGittins
 from policies.mlfq import Las, Tiresias
 from policies.muri import MuriL, MuriS
 from policies.srsf import Srsf
 from policies.srtf import Srtf
 
 REGISTRY: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Fifo, Srtf, Srsf, Las, Tiresias, MuriS, MuriL)
+    cls.name: cls for cls in (Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, MuriS, MuriL)
 }
 
 

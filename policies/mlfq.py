@@ -22,6 +22,7 @@ from policies.ordered import Key, OrderedPolicy
 
 # Tiresias simulator constants (jobs.py): 3 queues; only the first two limits matter.
 QUEUE_LIMITS: tuple[float, ...] = (3250.0, 7200.0)
+DEMOTION_TOLERANCE = 1e-6  # GPU-seconds
 
 
 class DiscretisedLas(OrderedPolicy):
@@ -61,7 +62,9 @@ class DiscretisedLas(OrderedPolicy):
         last = len(self.limits)
         for job in snap.running:  # demote at most one level per cycle, as Tiresias does
             q = self._queue[job.job_id]
-            if q < last and self.attained(job) >= self.limits[q]:
+            # Tolerance: a wake-up for the crossing can land a hair before it in floating point
+            # (e.g. 3249.9999999999995 GPU-s); without it that instant would re-plan forever.
+            if q < last and self.attained(job) >= self.limits[q] - DEMOTION_TOLERANCE:
                 self._append(job.job_id, q + 1)
         running = sorted((self._key[v.job_id], v.job_id) for v in snap.running)
         plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)

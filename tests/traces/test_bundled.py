@@ -133,7 +133,7 @@ def _shared_copy(path: Path) -> Path:
 @pytest.mark.skipif(not SHARED.is_dir(), reason="reference data folder not present")
 def test_bundled_files_are_byte_identical_to_the_reference_copies() -> None:
     files = [p for p in DATA.rglob("*") if p.is_file() and p.name != "ATTRIBUTION.md"]
-    assert len(files) == 45  # 4 licences + 15 traces + 26 cluster specs
+    assert len(files) == 48  # 4 licences + 15 traces + 26 cluster specs + 3 size distributions
     for path in files:
         assert path.read_bytes() == _shared_copy(path).read_bytes(), path
 
