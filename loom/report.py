@@ -13,7 +13,7 @@ from services.metrics.core import JobOutcome
 
 JOB_COLUMNS = (
     "job_id", "tenant", "model", "gpus", "submit_s", "start_s", "end_s", "jct_s",
-    "queueing_s", "preemptions", "state", "deadline_s", "met_deadline",
+    "queueing_s", "preemptions", "state", "deadline_s", "met_deadline", "ftf_rho",
 )
 
 
@@ -28,6 +28,7 @@ def write_run(out: Path, summary: dict[str, object], jobs: Iterable[JobOutcome])
                 j.job_id, j.tenant, j.model, j.gpus, _num(j.submit_s), _num(j.start_s),
                 _num(j.end_s), _num(j.jct_s), _num(j.queueing_s), j.preemptions, j.state.value,
                 _num(j.deadline_s), "" if j.met_deadline is None else int(j.met_deadline),
+                _num(j.ftf_rho),
             ])
 
 

@@ -29,10 +29,13 @@ class JobOutcome:
     deadline_s: float | None
     best_effort: bool
     state: JobState
+    work_s: float = 0.0  # solo run time at the requested GPUs
     start_s: float | None = None
     end_s: float | None = None
     preemptions: int = 0
     cause: str = ""
+    contention: float | None = None  # average active jobs over its lifetime (≥ 1)
+    total_gpus: int = 0
 
     @property
     def jct_s(self) -> float | None:
@@ -41,6 +44,20 @@ class JobOutcome:
     @property
     def queueing_s(self) -> float | None:
         return None if self.start_s is None else self.start_s - self.submit_s
+
+    @property
+    def ftf_rho(self) -> float | None:
+        """Finish-time fairness (Themis): JCT over the time it would take with its fair share.
+
+        The fair share is 1/N̄ of the cluster, N̄ the average number of active jobs while it
+        was in the system, capped at the GPUs it asked for. ρ ≤ 1: it did at least as well as
+        a dedicated 1/N̄ slice would have.
+        """
+        jct = self.jct_s
+        if jct is None or self.contention is None or self.work_s <= 0:
+            return None
+        share = min(1.0, self.total_gpus / (self.contention * self.gpus))
+        return jct * share / self.work_s
 
     @property
     def met_deadline(self) -> bool | None:
@@ -84,6 +101,11 @@ class MetricsCore(CoreDefaults):
         self._busy_since = 0.0
         self.busy_gpu_s = 0.0
         self.first_submit: float | None = None
+        # ∫ (active jobs) dt, for each job's average contention (finish-time fairness)
+        self._active = 0
+        self._active_area = 0.0
+        self._active_since = 0.0
+        self._area_at_admit: dict[str, tuple[float, float]] = {}
         self.last_end = 0.0
         self.finished = 0
         self.rejected = 0
@@ -107,6 +129,14 @@ class MetricsCore(CoreDefaults):
     def digest(self) -> str:
         return self._digest.hexdigest()
 
+    def _contend(self, delta: int, at: float) -> float:
+        """Add `delta` active jobs at `at`; returns ∫ active dt up to `at` (before the change)."""
+        self._active_area += self._active * (at - self._active_since)
+        self._active_since = at
+        area = self._active_area
+        self._active += delta
+        return area
+
     def _occupy(self, job_id: str, gpus: list[tuple[str, int]] | None, at: float) -> None:
         """Job now holds `gpus` (None: nothing); integrates busy GPUs up to `at` first."""
         self.busy_gpu_s += len(self._holders) * (at - self._busy_since)
@@ -127,8 +157,11 @@ class MetricsCore(CoreDefaults):
                 self.rejected += 1
                 return
             out = JobOutcome(t.job_id, spec.tenant, spec.model, spec.gpus, spec.submit_time_s,
-                             spec.deadline_s, spec.best_effort, t.state)
+                             spec.deadline_s, spec.best_effort, t.state, work_s=spec.work_s,
+                             total_gpus=self.total_gpus)
             self.jobs[t.job_id] = out
+            if t.state is JobState.QUEUED:
+                self._area_at_admit[t.job_id] = (at, self._contend(+1, at))
             if self.first_submit is None or spec.submit_time_s < self.first_submit:
                 self.first_submit = spec.submit_time_s
         if t.state is JobState.RUNNING:
@@ -142,6 +175,11 @@ class MetricsCore(CoreDefaults):
             self._occupy(t.job_id, None, at)
         if t.state is JobState.PREEMPTED:
             out.preemptions += 1
+        if t.state.terminal and t.job_id in self._area_at_admit:
+            admitted, area = self._area_at_admit.pop(t.job_id)
+            now_area = self._contend(-1, at)
+            if at > admitted:
+                out.contention = max(1.0, (now_area - area) / (at - admitted))
         if t.state is JobState.FINISHED:
             out.end_s = at
             self.finished += 1
@@ -155,6 +193,7 @@ class MetricsCore(CoreDefaults):
         jcts = sorted(j.jct_s for j in self.jobs.values() if j.jct_s is not None)
         waits = [j.queueing_s for j in self.jobs.values() if j.queueing_s is not None]
         deadline_jobs = [j for j in self.jobs.values() if j.met_deadline is not None]
+        rhos = [r for j in self.jobs.values() if (r := j.ftf_rho) is not None]
         span = self.last_end - (self.first_submit or 0.0)
         util = self.busy_gpu_s / (self.total_gpus * span) if span > 0 else 0.0
         return {
@@ -167,6 +206,8 @@ class MetricsCore(CoreDefaults):
             "makespan_s": self.last_end if jcts else None,
             "avg_queueing_s": sum(waits) / len(waits) if waits else None,
             "preemptions": sum(j.preemptions for j in self.jobs.values()),
+            "ftf_rho_mean": sum(rhos) / len(rhos) if rhos else None,
+            "ftf_rho_max": max(rhos) if rhos else None,
             "deadline_ratio": (
                 sum(1 for j in deadline_jobs if j.met_deadline) / len(deadline_jobs)
                 if deadline_jobs else None

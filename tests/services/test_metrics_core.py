@@ -80,3 +80,24 @@ def test_rejected_and_best_effort_jobs() -> None:
 def test_percentile_follows_muri_calc(n: int, q: float, index: int) -> None:
     values = list(range(n))
     assert percentile(values, q) == index
+
+
+def test_finish_time_fairness_uses_the_average_contention() -> None:
+    # 4 GPUs. a (2 GPUs, 100 s of work) alone 0–50, then b arrives and both are active until
+    # a ends at 150: a's average contention N̄ = (1·50 + 2·100) / 150 = 5/3; its fair share is
+    # min(1, 4 / (5/3 · 2)) = 1, so ρ_a = 150 · 1 / 100 = 1.5. b (4 GPUs, 20 s) active 50–170:
+    # N̄ = (2·100 + 1·20) / 120 = 11/6, share = min(1, 4 / (11/6 · 4)) = 6/11, ρ_b = 120·6/11/20.
+    m = MetricsCore(total_gpus=4)
+    a = make_job("a").gpus(2).runs_for(100).submit(0).build()
+    b = make_job("b").gpus(4).runs_for(20).submit(50).build()
+    _feed(m, 0, _tr("a", Q, None, a))
+    _feed(m, 0, _tr("a", R, Q))
+    _feed(m, 50, _tr("b", Q, None, b))
+    _feed(m, 150, _tr("a", F, R))
+    _feed(m, 150, _tr("b", R, Q))
+    _feed(m, 170, _tr("b", F, R))
+    assert m.jobs["a"].contention == pytest.approx(5 / 3)
+    assert m.jobs["a"].ftf_rho == pytest.approx(1.5)
+    assert m.jobs["b"].ftf_rho == pytest.approx(120 * 6 / 11 / 20)
+    s = m.summary()
+    assert s["ftf_rho_max"] == pytest.approx(max(1.5, 120 * 6 / 11 / 20))
