@@ -24,6 +24,7 @@ from loom.report import results_table, write_run
 from loom.runs import RunSpec, compare, run_one
 from loom.simulate import SimResult
 from services.nodeagent.overhead import parse_overhead
+from services.placer.core import SCHEMES
 from services.runtime.logging import configure
 from services.runtime.natsserver import NatsServerError
 from traces import TraceError, bundled_clusters, bundled_traces
@@ -61,6 +62,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="re-plan every S seconds (round-based) instead of on every event")
     p.add_argument("--overhead", type=_overhead,
                    help="none | muri | elasticflow | flat:SECONDS (default: the trace's origin)")
+    p.add_argument("--placement", choices=SCHEMES,
+                   help="placement scheme (default: the policy's); yarn = the research "
+                        "simulators' first-fit re-pack, for compatibility runs")
     p.add_argument("--seed", type=int, default=0, help="seed for any randomness (default 0)")
     p.add_argument("--log-level", default="warning", help="service log level (default warning)")
 
@@ -94,7 +98,8 @@ def _slug(text: str) -> str:
 def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
     return RunSpec(
         trace=args.trace, cluster=args.cluster, policy=policy, bus=args.bus,
-        nats_url=args.nats_url, round_s=args.round_s, overhead=args.overhead, seed=args.seed,
+        nats_url=args.nats_url, round_s=args.round_s, overhead=args.overhead,
+        placement=args.placement, seed=args.seed,
         log_level=args.log_level,
     )
 

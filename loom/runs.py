@@ -30,6 +30,7 @@ class RunSpec:
     nats_url: str | None = None
     round_s: float | None = None
     overhead: str | None = None
+    placement: str | None = None
     seed: int = 0
     log_level: str = "warning"
 
@@ -49,6 +50,7 @@ class RunSpec:
             trace_name=trace.name,
             overhead=self.overhead or trace.default_overhead,
             round_s=self.round_s,
+            placement=self.placement,
             bus=self.bus,
             nats_url=self.nats_url,
             seed=self.seed,

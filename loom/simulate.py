@@ -37,6 +37,7 @@ class SimConfig:
     trace_name: str = "trace"
     overhead: str = "none"
     round_s: float | None = None  # None: the policy's own re-planning (event-driven)
+    placement: str | None = None  # None: the policy's own scheme
     bus: BusKind = "memory"
     nats_url: str | None = None
     seed: int = 0
@@ -56,7 +57,8 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
     policy = policies.make(cfg.policy)
     overhead = parse_overhead(cfg.overhead)
     replan = "round" if cfg.round_s is not None else policy.replan
-    sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0, overhead=overhead)
+    sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0, overhead=overhead,
+                                placement=cfg.placement)  # type: ignore[arg-type]
 
     kernel = SimKernel()
     clock = VirtualClock(kernel)
@@ -91,6 +93,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
         "replan": replan,
         "round_s": cfg.round_s,
         "overhead": overhead.name,
+        "placement": cfg.placement or policy.placement,
         "seed": cfg.seed,
     }
     summary.update(metrics.summary())

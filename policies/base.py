@@ -68,6 +68,11 @@ class Fitter(Protocol):
     free_gpus: int
     monotone: bool
 
+    @property
+    def scheme(self) -> str:
+        """"consolidated", "count" or "yarn" (see services.placer.core)."""
+        ...
+
     def try_place(self, job_id: str, gpus: int) -> GpuSlots | None: ...
 
     def explain(self, gpus: int) -> str: ...
@@ -91,7 +96,7 @@ class Plan:
 class Policy(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
-    placement: ClassVar[Literal["consolidated", "count"]] = "consolidated"
+    placement: ClassVar[Literal["consolidated", "count", "yarn"]] = "consolidated"
     replan: ClassVar[Replan] = "event"
 
     def job_added(self, job: JobView) -> None:  # noqa: B027 - optional hook

@@ -71,7 +71,7 @@ class Muri(Policy):
         self._rank = {j.job_id: i for i, j in enumerate(ranked)}
         self._new.clear()
         value = {j.job_id: self.sort_value(j) for j in ranked}
-        candidates = self._candidates(snap, ranked)
+        candidates = self._candidates(snap, ranked, fit)
         stages: dict[str, Stages] = {
             jid: snap.jobs[jid].spec.stage_times_s  # type: ignore[misc]
             for jobs in candidates.values() for jid in jobs
@@ -93,14 +93,15 @@ class Muri(Policy):
         self._last = plan
         return plan
 
-    def _candidates(self, snap: Snapshot, ranked: list[JobView]) -> dict[int, list[str]]:
+    def _candidates(self, snap: Snapshot, ranked: list[JobView], fit: Fitter
+                    ) -> dict[int, list[str]]:
         """Per GPU count (in order of first appearance), the jobs Muri considers this cycle."""
         by_size: dict[int, list[str]] = {}
         for job in ranked:
             by_size.setdefault(job.gpus, []).append(job.job_id)
         chosen = dict.fromkeys(by_size, 0)
         marked: set[str] = set()
-        scratch = CyclePlacement(snap.cluster, "consolidated")
+        scratch = CyclePlacement(snap.cluster, "yarn" if fit.scheme == "yarn" else "consolidated")
         for job in ranked:
             if scratch.free_gpus == 0:
                 break

@@ -7,6 +7,9 @@ them, all-or-nothing. Two schemes:
   gets whole free nodes plus one node for the remainder, all under one switch.
 - `count`: only the number of free GPUs matters (Tiresias' dlas path); GPUs are still chosen
   consolidated when possible, else from as few nodes as possible.
+- `yarn`: the research simulators' own rule for compatibility runs: consolidated like the
+  first, but first fit in node order and every job re-placed from scratch each cycle (running
+  jobs move freely), as Muri's and Tiresias' simulators re-pack the cluster at every event.
 
 Running jobs keep their GPUs when those are still free ("sticky"), and new jobs prefer GPUs no
 running job holds, so a re-plan moves as few jobs as possible. Both schemes are monotone: if a
@@ -23,8 +26,8 @@ from typing import Literal
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 
-Scheme = Literal["consolidated", "count"]
-SCHEMES: tuple[Scheme, ...] = ("consolidated", "count")
+Scheme = Literal["consolidated", "count", "yarn"]
+SCHEMES: tuple[Scheme, ...] = ("consolidated", "count", "yarn")
 
 
 @functools.cache
@@ -140,6 +143,8 @@ class CyclePlacement:
             raise ValueError(f"unknown placement scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         topo = cluster if isinstance(cluster, Topology) else Topology(cluster)
         self.scheme = scheme
+        if scheme == "yarn":
+            previous = None  # re-pack from scratch: nothing is kept, nothing is held
         self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0)
                                for nid, sw, size in topo.nodes]
         self._switches = [[nodes[i] for i in group] for group in topo.switch_groups]
@@ -215,7 +220,8 @@ class CyclePlacement:
         """One node if a node of the switch is big enough, else whole nodes + a remainder."""
         fits = [n for n in self._nodes if n.size >= gpus and n.available(displace) >= gpus]
         if fits:
-            best = min(fits, key=lambda n: n.n_free)  # tightest fit
+            # tightest fit; yarn: first fit in node order
+            best = fits[0] if self.scheme == "yarn" else min(fits, key=lambda n: n.n_free)
             return ((best.node_id, best.take(gpus)),)
         for members in self._switches:
             if all(n.size < gpus for n in members):
@@ -240,7 +246,8 @@ class CyclePlacement:
             candidates = [n for n in members if n not in chosen and n.available(displace) >= rest]
             if not candidates:
                 return None
-            remainder = min(candidates, key=lambda n: (n.unheld_free() < rest, n.n_free))
+            remainder = candidates[0] if self.scheme == "yarn" else min(
+                candidates, key=lambda n: (n.unheld_free() < rest, n.n_free))
         slots = [(n.node_id, n.take(size)) for n in chosen]
         if remainder is not None:
             slots.append((remainder.node_id, remainder.take(rest)))

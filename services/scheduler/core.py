@@ -41,7 +41,7 @@ from schemas.events import (
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
 from services.nodeagent.overhead import OverheadModel, advance, job_rates, parse_overhead
-from services.placer.core import CyclePlacement, Topology
+from services.placer.core import SCHEMES, CyclePlacement, Scheme, Topology
 from services.runtime.bus import decode_submit
 from services.runtime.effects import (
     PRIORITY_CYCLE,
@@ -63,12 +63,15 @@ class SchedulerConfig:
     replan: Replan = "event"
     round_s: float = 360.0
     overhead: OverheadModel = field(default_factory=lambda: parse_overhead("none"))
+    placement: Scheme | None = None  # None: the policy's own scheme
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round"):
             raise ValueError(f"replan must be 'event' or 'round', not {self.replan!r}")
         if self.round_s <= 0:
             raise ValueError("round_s must be positive")
+        if self.placement is not None and self.placement not in SCHEMES:
+            raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(SCHEMES)}")
 
 
 @dataclass(slots=True)
@@ -277,7 +280,8 @@ class SchedulerCore(CoreDefaults):
             running=tuple(running_views),
         )
         previous = {jid: rec.placement for jid, rec in self._running.items()}
-        fit = CyclePlacement(self.topology, self.policy.placement, previous)
+        scheme = self.config.placement or self.policy.placement
+        fit = CyclePlacement(self.topology, scheme, previous)
         plan = self.policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)

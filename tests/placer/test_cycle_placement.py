@@ -16,6 +16,8 @@ from schemas.events import GpuSlots
 from services.placer.core import SCHEMES, CyclePlacement
 from tests.builders import cluster
 
+STICKY = tuple(s for s in SCHEMES if s != "yarn")  # yarn re-packs every cycle by design
+
 Gpu = tuple[str, int]
 
 
@@ -239,7 +241,7 @@ def test_count_refuses_more_than_the_free_gpus() -> None:
 # sticky placement of running jobs
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", STICKY)
 @pytest.mark.parametrize(
     ("nodes", "mine"),
     [
@@ -258,7 +260,7 @@ def test_running_job_replaced_first_keeps_exactly_its_gpus(
     assert fit.free_gpus == total - len(gpus_of(mine))
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", STICKY)
 def test_running_job_keeps_its_gpus_after_unrelated_new_jobs(scheme: str) -> None:
     mine = (("n0", (1, 2)),)
     fit = CyclePlacement(cluster(2, 4), scheme, {"r": mine})  # type: ignore[arg-type]
@@ -268,7 +270,7 @@ def test_running_job_keeps_its_gpus_after_unrelated_new_jobs(scheme: str) -> Non
     assert fit.try_place("r", 2) == mine
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", STICKY)
 @pytest.mark.parametrize(
     ("nodes", "previous", "gpus"),
     [
@@ -419,9 +421,9 @@ def test_no_gpu_is_handed_out_twice_and_free_count_is_exact(scheme: str) -> None
             assert len(got) == len(set(got)) == g, ctx
             assert all(n in size and 0 <= i < size[n] for n, i in got), ctx
             assert not taken & set(got), ctx
-            if own_free:
+            if own_free and scheme != "yarn":  # yarn re-packs: previous GPUs mean nothing
                 assert slots == previous[jid], ctx
-            elif scheme == "consolidated":
+            elif scheme in ("consolidated", "yarn"):
                 assert_consolidated(cl, slots, g, biggest, ctx)
             taken |= set(got)
             placed[jid] = slots
@@ -487,3 +489,15 @@ def test_switch_of_gpu_less_nodes_does_not_crash_multi_node_placement() -> None:
         NodeSpec(node_id="g1", switch_id="s1", gpus=4),
     ))
     assert CyclePlacement(cl).try_place("j", 6) == (("g0", (0, 1, 2, 3)), ("g1", (0, 1)))
+
+
+def test_yarn_repacks_first_fit_from_an_empty_cluster() -> None:
+    # Muri's and Tiresias' simulators re-place every job each event, first fit in node order:
+    # a running job's old GPUs mean nothing, and nobody's GPUs are held.
+    fit = CyclePlacement(cluster(3, 4), "yarn", {"r": (("n2", (0, 1)),)})
+    assert fit.try_place("a", 3) == (("n0", (0, 1, 2)),)
+    assert fit.try_place("r", 2) == (("n1", (0, 1)),)  # first node with 2 free, not its own
+    assert fit.try_place("b", 1) == (("n0", (3,)),)  # first fit, not the tightest node
+    # 6 GPUs: the first whole node (n2) plus the first node with 2 free for the remainder.
+    assert fit.try_place("c", 6) == (("n2", (0, 1, 2, 3)), ("n1", (2, 3)))
+    assert fit.try_place("d", 2) is None
