@@ -12,9 +12,11 @@ from policies.mlfq import Las, Tiresias
 from policies.muri import MuriL, MuriS
 from policies.srsf import Srsf
 from policies.srtf import Srtf
+from policies.themis import Themis
 
 REGISTRY: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, MuriS, MuriL)
+    cls.name: cls
+    for cls in (Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, Themis, MuriS, MuriL)
 }
 
 
