@@ -5,7 +5,8 @@
 
 With --muri, Muri's own `run_sim.py` runs the same trace and schedule first (it needs cvxpy,
 which Loom's venv has) and the speed-up is printed. Loom runs on the memory bus with Muri's
-overhead model and --placement yarn (Muri's placement), event-driven.
+overhead model, event-driven, with each placement given (`default`: the policy's own;
+`yarn`: Muri's first-fit re-pack).
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ def run_muri(sim_dir: Path, trace: str, schedule: str) -> tuple[float, float]:
         return wall, sum(float(r["JCT"]) for r in rows) / len(rows)
 
 
-def run_loom(trace: str, policy: str) -> tuple[float, float]:
+def run_loom(trace: str, policy: str, placement: str | None) -> tuple[float, float]:
     tr = load_trace(f"muri/{trace}")
     cfg = SimConfig(policy=policy, jobs=tr.jobs, cluster=load_cluster("n8g8"),
-                    trace_name=tr.name, overhead="muri", placement="yarn")
+                    trace_name=tr.name, overhead="muri", placement=placement)
     t = time.perf_counter()
     summary = asyncio.run(run_simulation(cfg)).summary
     return time.perf_counter() - t, float(summary["avg_jct_s"])  # type: ignore[arg-type]
@@ -56,17 +57,20 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default="trace3")
     ap.add_argument("--policies", default="muri-s,muri-l")
+    ap.add_argument("--placements", default="default,yarn")
     ap.add_argument("--muri", type=Path, help="Muri's simulator/ directory, to run it too")
     args = ap.parse_args()
-    print(f"{'trace':<8} {'policy':<8} {'loom s':>8} {'loom avg JCT':>14} {'muri s':>8} "
-          f"{'muri avg JCT':>14} {'speed-up':>9} {'ΔJCT':>7}")
+    print(f"{'trace':<8} {'policy':<8} {'placement':<9} {'loom s':>8} {'loom avg JCT':>14} "
+          f"{'muri s':>8} {'muri avg JCT':>14} {'speed-up':>9} {'ΔJCT':>7}")
     for policy in args.policies.split(","):
-        loom_s, loom_jct = run_loom(args.trace, policy)
         muri = run_muri(args.muri, args.trace, MURI_NAME[policy]) if args.muri else None
-        cells = (f"{muri[0]:>8.1f} {muri[1]:>14,.1f} {muri[0] / loom_s:>8.1f}x "
-                 f"{100 * (loom_jct / muri[1] - 1):>+6.2f}%") if muri else ""
-        print(f"{args.trace:<8} {policy:<8} {loom_s:>8.2f} {loom_jct:>14,.1f} {cells}",
-              flush=True)
+        for placement in args.placements.split(","):
+            loom_s, loom_jct = run_loom(args.trace, policy,
+                                        None if placement == "default" else placement)
+            cells = (f"{muri[0]:>8.1f} {muri[1]:>14,.1f} {muri[0] / loom_s:>8.1f}x "
+                     f"{100 * (loom_jct / muri[1] - 1):>+6.2f}%") if muri else ""
+            print(f"{args.trace:<8} {policy:<8} {placement:<9} {loom_s:>8.2f} "
+                  f"{loom_jct:>14,.1f} {cells}", flush=True)
 
 
 if __name__ == "__main__":

@@ -42,34 +42,47 @@ def pair_weights(groups: Sequence[Group], stages: Mapping[str, Stages]) -> np.nd
 
     A group with a job that has no stage times never merges (its weights stay 0).
     """
-    n = len(groups)
-    if n >= VECTOR_FROM:
+    if len(groups) >= VECTOR_FROM:
         return _all_pairs(groups, stages)
-    weights = np.zeros((n, n))
+    return np.array(_cached_weights(groups, stages))
+
+
+def _cached_weights(groups: Sequence[Group], stages: Mapping[str, Stages]) -> list[list[float]]:
+    """`pair_weights` as nested lists, through the weight cache (for small candidate sets)."""
+    n = len(groups)
+    weights = [[0.0] * n for _ in range(n)]
     members = [tuple(sorted(stages[j] for j in g)) if all(j in stages for j in g) else None
                for g in groups]
     keys: dict[tuple[Stages, ...], list[tuple[int, int]]] = {}
+    cached = _WEIGHTS.get
     for i in range(n):
         mi = members[i]
         if mi is None:
             continue
+        row = weights[i]
+        single = len(mi) == 1
         for j in range(i + 1, n):
             mj = members[j]
             if mj is None or len(mi) + len(mj) > MAX_GROUP:
                 continue
-            key = tuple(sorted(mi + mj))
-            w = _WEIGHTS.get(key)
+            key: tuple[Stages, ...]
+            if single and len(mj) == 1:  # the common case: two jobs, no sort needed
+                a, b = mi[0], mj[0]
+                key = (a, b) if a <= b else (b, a)
+            else:
+                key = tuple(sorted(mi + mj))
+            w = cached(key)
             if w is None:
                 keys.setdefault(key, []).append((i, j))
             else:
-                weights[i, j] = weights[j, i] = w
+                row[j] = weights[j][i] = w
     if keys:
         if len(_WEIGHTS) + len(keys) > _WEIGHTS_LIMIT:
             _WEIGHTS.clear()
         for key, w in zip(keys, _compute(list(keys)), strict=True):
             _WEIGHTS[key] = w
             for i, j in keys[key]:
-                weights[i, j] = weights[j, i] = w
+                weights[i][j] = weights[j][i] = w
     return weights
 
 
@@ -110,12 +123,37 @@ def _compute(unions: list[tuple[Stages, ...]]) -> list[float]:
     return out
 
 
+# Matchings by the candidates' stage times, in order: between consecutive cycles most GPU
+# counts see the same candidates, and then the matching is the same too.
+_MATCHINGS: dict[tuple[object, ...], list[tuple[int, int]]] = {}
+_MATCHINGS_LIMIT = 4096
+
+
 def max_weight_pairs(groups: Sequence[Group], stages: Mapping[str, Stages],
                      top_k: int = TOP_K) -> list[tuple[int, int]]:
     """Maximum-weight matching over `groups` (index pairs i < j), on each group's best edges."""
     n = len(groups)
     if n < 2:
         return []
+    key = (top_k, *(tuple(stages.get(j) for j in g) for g in groups))
+    hit = _MATCHINGS.get(key)
+    if hit is not None:
+        return list(hit)
+    pairs = _match(groups, stages, top_k)
+    if len(_MATCHINGS) >= _MATCHINGS_LIMIT:
+        _MATCHINGS.clear()
+    _MATCHINGS[key] = pairs
+    return list(pairs)
+
+
+def _match(groups: Sequence[Group], stages: Mapping[str, Stages], top_k: int
+           ) -> list[tuple[int, int]]:
+    n = len(groups)
+    if n <= top_k + 1 and n < VECTOR_FROM:  # every edge kept: no numpy round trip needed
+        rows = _cached_weights(groups, stages)
+        edges = [(i, j, w) for i in range(n) for j in range(i + 1, n)
+                 if (w := round(rows[i][j] * SCALE)) > 0]
+        return _blossom(n, edges)
     weights = pair_weights(groups, stages)
     keep = np.zeros((n, n), dtype=bool)
     if n - 1 > top_k:
@@ -124,14 +162,18 @@ def max_weight_pairs(groups: Sequence[Group], stages: Mapping[str, Stages],
         keep |= keep.T
     else:
         keep[:] = True
+    rows_i, cols_i = np.nonzero(np.triu(keep & (weights > 0), 1))
+    scaled = np.rint(weights[rows_i, cols_i] * SCALE).astype(np.int64)
+    return _blossom(n, [e for e in zip(rows_i.tolist(), cols_i.tolist(), scaled.tolist(),
+                                       strict=True) if e[2] > 0])
+
+
+def _blossom(n: int, edges: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    if not edges:
+        return []
     graph = rx.PyGraph()
     graph.add_nodes_from(range(n))
-    rows, cols = np.nonzero(np.triu(keep & (weights > 0), 1))
-    scaled = np.rint(weights[rows, cols] * SCALE).astype(np.int64)
-    graph.add_edges_from([e for e in zip(rows.tolist(), cols.tolist(), scaled.tolist(),
-                                         strict=True) if e[2] > 0])
-    if graph.num_edges() == 0:
-        return []
+    graph.add_edges_from(edges)
     pairs = rx.max_weight_matching(graph, max_cardinality=False, weight_fn=lambda w: w)
     return sorted((min(a, b), max(a, b)) for a, b in pairs)
 

@@ -25,7 +25,7 @@ from policies.matching import Group, group_by_matching
 from schemas.status import Status
 from services.nodeagent.interleave import MAX_GROUP, Stages, group_iteration_time
 from services.nodeagent.overhead import MURI_SLOWDOWN
-from services.placer.core import CyclePlacement
+from services.placer.core import CyclePlacement, Scheme, Topology
 
 Key = tuple[float, int, int, int]
 
@@ -41,6 +41,7 @@ class Muri(Policy):
         self._new: set[str] = set()
         self._rank: dict[str, int] = {}
         self._last: Plan | None = None
+        self._topology: Topology | None = None
 
     # -- bookkeeping -----------------------------------------------------------------------
     def job_added(self, job: JobView) -> None:
@@ -101,7 +102,10 @@ class Muri(Policy):
             by_size.setdefault(job.gpus, []).append(job.job_id)
         chosen = dict.fromkeys(by_size, 0)
         marked: set[str] = set()
-        scratch = CyclePlacement(snap.cluster, "yarn" if fit.scheme == "yarn" else "consolidated")
+        if self._topology is None or self._topology.cluster is not snap.cluster:
+            self._topology = Topology(snap.cluster)
+        scheme: Scheme = "yarn" if fit.scheme == "yarn" else "consolidated"
+        scratch = CyclePlacement(self._topology, scheme)
         for job in ranked:
             if scratch.free_gpus == 0:
                 break

@@ -31,8 +31,19 @@ class PlacerCore(CoreDefaults):
         self.cluster = cluster
         self._size = {n.node_id: n.gpus for n in cluster.nodes}
         self._order = [n.node_id for n in cluster.nodes]
-        self.owner: dict[Gpu, set[str]] = {}  # jobs holding each GPU
+        self._held: dict[str, dict[str, int]] = {n: {} for n in self._order}  # node → job → mask
         self.bound: dict[str, GpuSlots] = {}
+
+    @property
+    def owner(self) -> dict[Gpu, set[str]]:
+        """Who holds each GPU (a view for inspection; bookkeeping is per node, as bitmasks)."""
+        out: dict[Gpu, set[str]] = {}
+        for node, jobs in self._held.items():
+            for job, mask in jobs.items():
+                for i in range(self._size[node]):
+                    if mask >> i & 1:
+                        out.setdefault((node, i), set()).add(job)
+        return out
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.PLAN_DECIDED), Subscribe(subjects.JOB_FINISHED))
@@ -47,58 +58,59 @@ class PlacerCore(CoreDefaults):
 
     def _release(self, job_id: str) -> GpuSlots:
         slots = self.bound.pop(job_id, ())
-        for node, gpus in slots:
-            for i in gpus:
-                holders = self.owner.get((node, i))
-                if holders is not None:
-                    holders.discard(job_id)
-                    if not holders:
-                        del self.owner[(node, i)]
+        for node, _ in slots:
+            self._held[node].pop(job_id, None)
         return slots
 
     def _bind(self, plan: PlanDecided) -> list[Effect]:
-        self._validate(plan)  # all or nothing: a refused plan changes no state
+        masks = self._validate(plan)  # all or nothing: a refused plan changes no state
         stops: dict[str, list[Stop]] = {}
         launches: dict[str, list[Launch]] = {}
         for stop in plan.stops:
             for node, _ in self._release(stop.job_id):
                 stops.setdefault(node, []).append(stop)
-        for launch in plan.launches:
-            for node, gpus in launch.placement:
-                for i in gpus:
-                    self.owner.setdefault((node, i), set()).add(launch.job_id)
+        for launch, per_node in zip(plan.launches, masks, strict=True):
+            for node, mask in per_node:
+                self._held[node][launch.job_id] = mask
                 launches.setdefault(node, []).append(launch)
             self.bound[launch.job_id] = launch.placement
         return self._commands(plan.cycle, stops, launches)
 
-    def _validate(self, plan: PlanDecided) -> None:
+    def _validate(self, plan: PlanDecided) -> list[list[tuple[str, int]]]:
+        """Check every launch; returns each launch's (node, GPU mask) list."""
         stopping = {s.job_id for s in plan.stops}
-        claimed: dict[Gpu, set[str]] = {}
+        claimed: dict[str, dict[str, int]] = {}  # node → job launched in this plan → mask
+        out: list[list[tuple[str, int]]] = []
         for launch in plan.launches:
             job = launch.job_id
             allowed = set(launch.colocated) | {job}
             if job in self.bound and job not in stopping:
                 raise DoubleBooking(f"job {job} launched while still bound")
-            nodes = [node for node, _ in launch.placement]
-            if len(set(nodes)) != len(nodes):
-                raise DoubleBooking(f"job {job}: placement names a node twice: {nodes}")
+            per_node: list[tuple[str, int]] = []
             for node, gpus in launch.placement:
                 size = self._size.get(node)
                 if size is None:
                     raise DoubleBooking(f"job {job}: unknown node {node!r}")
-                if len(set(gpus)) != len(gpus):
-                    raise DoubleBooking(f"job {job}: node {node} GPU listed twice: {gpus}")
+                if any(n == node for n, _ in per_node):
+                    nodes = [n for n, _ in launch.placement]
+                    raise DoubleBooking(f"job {job}: placement names a node twice: {nodes}")
+                mask = 0
                 for i in gpus:
                     if not 0 <= i < size:
                         raise DoubleBooking(f"job {job}: node {node} has no GPU {i}")
-                    gpu = (node, i)
-                    held = [h for h in self.owner.get(gpu, ()) if h not in stopping]
-                    mates = claimed.setdefault(gpu, set())
-                    for holder in (*held, *mates):
-                        if holder not in allowed:
+                    if mask >> i & 1:
+                        raise DoubleBooking(f"job {job}: node {node} GPU listed twice: {gpus}")
+                    mask |= 1 << i
+                for holders, skip in ((self._held[node], stopping), (claimed.get(node, {}), ())):
+                    for holder, hmask in holders.items():
+                        if hmask & mask and holder not in allowed and holder not in skip:
+                            i = (hmask & mask & -(hmask & mask)).bit_length() - 1
                             raise DoubleBooking(
                                 f"job {job}: GPU {node}:{i} is held by job {holder}")
-                    mates.add(job)
+                claimed.setdefault(node, {})[job] = mask
+                per_node.append((node, mask))
+            out.append(per_node)
+        return out
 
     def _finished(self, msg: JobFinished) -> list[Effect]:
         slots = self._release(msg.job_id)
