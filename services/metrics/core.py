@@ -109,6 +109,7 @@ class MetricsCore(CoreDefaults):
         self.last_end = 0.0
         self.finished = 0
         self.rejected = 0
+        self.interleaved = 0  # launches onto GPUs shared with other jobs (Muri groups)
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED))
@@ -121,6 +122,7 @@ class MetricsCore(CoreDefaults):
             self._on_transition(body, env.occurred_at)
         elif isinstance(body, PlanDecided):
             self._digest.update(plan_record(body, env.occurred_at).encode())
+            self.interleaved += sum(1 for launch in body.launches if len(launch.colocated) > 1)
         else:
             raise TypeError(f"metrics does not handle {env.type}")
         return []
@@ -206,6 +208,7 @@ class MetricsCore(CoreDefaults):
             "makespan_s": self.last_end if jcts else None,
             "avg_queueing_s": sum(waits) / len(waits) if waits else None,
             "preemptions": sum(j.preemptions for j in self.jobs.values()),
+            "interleaved_launches": self.interleaved,
             "ftf_rho_mean": sum(rhos) / len(rhos) if rhos else None,
             "ftf_rho_max": max(rhos) if rhos else None,
             "deadline_ratio": (

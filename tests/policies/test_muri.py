@@ -33,6 +33,7 @@ def test_complementary_jobs_share_one_gpu_and_both_finish_sooner(policy: str) ->
     assert ends["a"] == pytest.approx(300 * 1.33 / 1.015)
     assert ends["b"] == pytest.approx(300 * 1.33 / 1.015)
     assert result.summary["gpu_util"] == pytest.approx(1.0)  # a shared GPU counts once
+    assert result.summary["interleaved_launches"] == 2
 
 
 def test_a_group_slower_than_its_members_in_turn_is_split() -> None:
