@@ -73,7 +73,10 @@ class Fitter(Protocol):
         """"consolidated", "count" or "yarn" (see services.placer.core)."""
         ...
 
-    def try_place(self, job_id: str, gpus: int) -> GpuSlots | None: ...
+    def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None
+                  ) -> GpuSlots | None: ...
+
+    def free_of(self, gpu_type: str) -> int: ...
 
     def explain(self, gpus: int) -> str: ...
 
@@ -98,6 +101,9 @@ class Policy(abc.ABC):
     description: ClassVar[str]
     placement: ClassVar[Literal["consolidated", "count", "yarn"]] = "consolidated"
     replan: ClassVar[Replan] = "event"
+
+    def configure(self, *, seed: int, round_s: float) -> None:  # noqa: B027 - optional hook
+        """The run's seed and round length, for policies with randomness or rounds."""
 
     def job_added(self, job: JobView) -> None:  # noqa: B027 - optional hook
         """A job became active (admitted)."""
@@ -143,7 +149,7 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
             continue  # nothing in this stream can fit any more
         g = size if size is not None else jobs[job_id].gpus
         if g < limit:
-            slots = fit.try_place(job_id, g)
+            slots = place_runnable(fit, jobs[job_id].spec, g)
             if slots is not None:
                 plan.run[job_id] = slots
             else:
@@ -160,6 +166,18 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
             heapq.heappush(heads, (nxt[0], nxt[1], i))
     plan.free_gpus = fit.free_gpus
     return plan
+
+
+def place_runnable(fit: Fitter, spec: JobSpec, gpus: int) -> GpuSlots | None:
+    """Place a job anywhere it can run: a profile may rule out some GPU types (rate 0)."""
+    if spec.throughputs is None or all(r > 0 for r in spec.throughputs.values()):
+        return fit.try_place(spec.job_id, gpus)
+    for gpu_type, rate in spec.throughputs.items():
+        if rate > 0:
+            slots = fit.try_place(spec.job_id, gpus, gpu_type)
+            if slots is not None:
+                return slots
+    return None
 
 
 def status_for_waiting(job_id: str, gpus: int, plan: Plan | None, position: int | None,

@@ -64,6 +64,31 @@ class ClusterSpec(BaseModel):
         )
         return cls(name=name or f"n{switches * nodes_per_switch}g{gpus_per_node}", nodes=nodes)
 
+    @classmethod
+    def heterogeneous(
+        cls, gpus_by_type: dict[str, int], gpus_per_server: dict[str, int] | int = 4,
+        *, name: str | None = None,
+    ) -> ClusterSpec:
+        """Servers of each GPU type (in the given order), one switch per type.
+
+        `gpus_by_type` {"v100": 36, "p100": 36, "k80": 36} with 4 GPUs per server gives nine
+        servers of each type, `v100-0` … `k80-8`, as Gavel's simulator builds its cluster.
+        """
+        nodes: list[NodeSpec] = []
+        for gpu_type, count in gpus_by_type.items():
+            per = gpus_per_server if isinstance(gpus_per_server, int) else \
+                gpus_per_server[gpu_type]
+            if per < 1:
+                raise ValueError(f"{gpu_type}: GPUs per server must be >= 1, not {per}")
+            if count % per:
+                raise ValueError(f"{gpu_type}: {count} GPUs do not fill servers of {per}")
+            nodes += [NodeSpec(node_id=f"{gpu_type}-{i}", switch_id=f"sw-{gpu_type}", gpus=per,
+                               gpu_type=gpu_type) for i in range(count // per)]
+        if not nodes:
+            raise ValueError("a cluster needs at least one GPU")
+        label = ":".join(str(c) for c in gpus_by_type.values())
+        return cls(name=name or f"{label}", nodes=tuple(nodes))
+
     @property
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -19,7 +20,10 @@ class _JobFields(BaseModel):
 
     `iteration_time_s` is the solo time of one iteration at `gpus` GPUs; `stage_times_s`
     optionally splits it into per-resource stages (data loading, GPU compute, gradient
-    communication) for interleaving policies.
+    communication) for interleaving policies. On a heterogeneous cluster `throughputs` gives
+    the job's iterations per second at `gpus` GPUs on each GPU type (0: cannot run there), from
+    a profile such as Gavel's; `job_type` names the profiled workload ("ResNet-50 (batch size
+    64)") so co-location profiles can be looked up.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -36,7 +40,10 @@ class _JobFields(BaseModel):
     deadline_s: float | None = None
     best_effort: bool = False
     priority: int = 0
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)  # fairness share (Gavel's)
     gpu_type: Name | None = None
+    job_type: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+    throughputs: dict[Name, float] | None = None
     duration_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
@@ -47,7 +54,22 @@ class _JobFields(BaseModel):
             raise ValueError(f"max_gpus ({self.max_gpus}) is below gpus ({self.gpus})")
         if self.stage_times_s is not None and any(t < 0 for t in self.stage_times_s):
             raise ValueError("stage_times_s must be non-negative")
+        if self.throughputs is not None:
+            bad = [t for t, v in self.throughputs.items() if not (v >= 0 and math.isfinite(v))]
+            if bad:
+                raise ValueError(f"throughputs must be finite and >= 0 (GPU types {bad})")
+            if not any(v > 0 for v in self.throughputs.values()):
+                raise ValueError("throughputs: the job cannot run on any GPU type")
         return self
+
+    def iteration_time_on(self, gpu_type: str | None) -> float:
+        """Seconds per iteration on `gpu_type` (inf where the profile says it cannot run)."""
+        if self.throughputs is None or gpu_type is None:
+            return self.iteration_time_s
+        rate = self.throughputs.get(gpu_type)
+        if rate is None:
+            return self.iteration_time_s  # unprofiled type: the trace's own iteration time
+        return 1.0 / rate if rate > 0 else math.inf
 
 
 class JobSpec(_JobFields):

@@ -1,8 +1,13 @@
-"""`load_cluster`: the 5-column cluster-spec CSV shared by Muri, Tiresias and ElasticFlow."""
+"""`load_cluster`: a cluster from a bundled name, a cluster-spec CSV (Muri, Tiresias,
+ElasticFlow), a JSON `ClusterSpec`, or GPU-type counts such as `36:36:36` (Gavel's V100:P100:K80).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from schemas.cluster import ClusterSpec
 from traces.bundled import resolve_cluster
@@ -16,8 +21,23 @@ MAX_NODES = 65_536
 _FIELDS = {"gpus": "num_gpu_p_node", "cpus": "num_cpu_p_node", "mem_gb": "mem_p_node"}
 
 
-def load_cluster(name_or_path: str | Path) -> ClusterSpec:
-    """Load a bundled cluster spec or a cluster-spec CSV file; the spec is named after the file.
+# Gavel's `-c v100:p100:k80` order.
+GAVEL_TYPES = ("v100", "p100", "k80")
+_COUNTS = re.compile(r"^\d+(:\d+){0,2}$")
+
+
+def parse_type_counts(text: str) -> dict[str, int]:
+    """`36:36:36` → {"v100": 36, "p100": 36, "k80": 36}; missing trailing types count 0."""
+    counts = [int(c) for c in text.split(":")]
+    return dict(zip(GAVEL_TYPES, counts, strict=False))
+
+
+def load_cluster(name_or_path: str | Path, gpus_per_server: str | int = 4) -> ClusterSpec:
+    """Load a cluster; a CSV spec is named after its file.
+
+    `V100:P100:K80` counts (`36:36:36`, `500:0:0`) build a heterogeneous cluster of servers
+    with `gpus_per_server` GPUs (one number, or one per type as `4:4:4`); types with no GPUs
+    are left out. A `.json` file holds a `ClusterSpec` (nodes with their GPU type).
 
     Namespaced names (`muri/n8g8`, `tiresias/n32g4`, `elasticflow/n16g4`, `muri/testbed/n2g8`)
     pick one origin. A plain name (`n8g8`) resolves to the first origin that has it, in the
@@ -25,6 +45,11 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
     Muri's simulator cluster (92 CPUs, 520 GB per node) and "n1g8" is ElasticFlow's.
     See `bundled_clusters()` for every name.
     """
+    text = str(name_or_path)
+    if _COUNTS.match(text):
+        return _from_counts(text, gpus_per_server)
+    if text.endswith(".json"):
+        return _from_json(Path(text))
     path = resolve_cluster(name_or_path)
     table = read_table(path)
     if set(table.columns) != set(COLUMNS):
@@ -61,3 +86,36 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
             name=path.stem,
         ),
     )
+
+
+def _from_counts(text: str, gpus_per_server: str | int) -> ClusterSpec:
+    counts = {t: c for t, c in parse_type_counts(text).items() if c > 0}
+    per: dict[str, int] | int
+    if isinstance(gpus_per_server, int) or ":" not in gpus_per_server:
+        try:
+            per = int(gpus_per_server)
+        except ValueError:
+            raise ValueError(f"--gpus-per-server {gpus_per_server!r}: expected N or N:N:N"
+                             ) from None
+    else:
+        if not _COUNTS.match(gpus_per_server):
+            raise ValueError(f"--gpus-per-server {gpus_per_server!r}: expected N or N:N:N")
+        per = {t: c for t, c in parse_type_counts(gpus_per_server).items() if t in counts}
+        missing = [t for t in counts if per.get(t, 0) < 1]
+        if missing:
+            raise ValueError(f"--gpus-per-server {gpus_per_server!r}: no size for {missing}")
+    try:
+        return ClusterSpec.heterogeneous(counts, per)
+    except ValueError as exc:
+        raise ValueError(f"cluster {text!r}: {exc}") from None
+
+
+def _from_json(path: Path) -> ClusterSpec:
+    try:
+        return ClusterSpec.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise TraceError(path, 1, None, f"cannot read cluster file: {exc.strerror}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise TraceError(path, 1, where or None, first["msg"]) from None

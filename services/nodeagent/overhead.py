@@ -48,12 +48,13 @@ class OverheadModel:
     kind: str
     flat_s: float = 0.0
 
-    def iteration_time(self, spec: JobSpec) -> float:
+    def iteration_time(self, spec: JobSpec, gpu_type: str | None = None) -> float:
+        """Seconds per iteration on GPUs of `gpu_type` (the job's profile, if it has one)."""
         if self.kind == "muri":
             # Muri's arithmetic exactly (ms × 1.015 / 1000): a last-bit difference in a finish
             # time can reorder two events and change a later decision.
-            return spec.iteration_time_s * 1000.0 * MURI_SLOWDOWN / 1000.0
-        return spec.iteration_time_s
+            return spec.iteration_time_on(gpu_type) * 1000.0 * MURI_SLOWDOWN / 1000.0
+        return spec.iteration_time_on(gpu_type)
 
     def per_event(self, spec: JobSpec) -> float:
         if self.kind == "muri":
@@ -99,15 +100,15 @@ def advance(remaining: float, last: float, ready_at: float, now: float, iteratio
     return remaining - useful / iteration_s if useful > 0 else remaining
 
 
-def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel
-              ) -> tuple[float, float]:
+def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel,
+              gpu_type: str | None = None) -> tuple[float, float]:
     """(seconds per iteration, per-event charge) of a job, alone or sharing its GPUs.
 
     Sharing: every member runs at the group's interleaved iteration time (Muri's model) and
     an event costs each member the sum of the members' charges, as Muri's simulator does.
     """
     if len(colocated) < 2:
-        return model.iteration_time(spec), model.per_event(spec)
+        return model.iteration_time(spec, gpu_type), model.per_event(spec)
     stages = []
     for member in colocated:
         if member.stage_times_s is None:

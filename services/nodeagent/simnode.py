@@ -97,7 +97,8 @@ class SimNodeCore(CoreDefaults):
         for launch, run in zip(cmd.launches, started, strict=True):
             if run.leader:
                 members = [self.jobs[j].spec for j in launch.colocated if j in self.jobs]
-                run.iteration_s, run.per_event_s = job_rates(run.spec, members, self.overhead)
+                run.iteration_s, run.per_event_s = job_rates(run.spec, members, self.overhead,
+                                                             self.node.gpu_type)
                 effects.append(run.finish_timer(now))
         return effects
 
@@ -109,7 +110,7 @@ class SimNodeCore(CoreDefaults):
             remaining=spec.iterations - launch.iterations_done,
             last=now,
             ready_at=now + self.overhead.restart(spec),
-            iteration_s=self.overhead.iteration_time(spec),
+            iteration_s=self.overhead.iteration_time(spec, self.node.gpu_type),
             per_event_s=self.overhead.per_event(spec),
         )
         self.jobs[spec.job_id] = run

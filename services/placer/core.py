@@ -14,6 +14,9 @@ them, all-or-nothing. Two schemes:
 Running jobs keep their GPUs when those are still free ("sticky"), and new jobs prefer GPUs no
 running job holds, so a re-plan moves as few jobs as possible. Both schemes are monotone: if a
 gang of g GPUs does not fit, no bigger gang fits either, which lets policies skip ahead.
+
+On a heterogeneous cluster a policy may ask for one GPU type (`try_place(..., gpu_type=)`): the
+same rules then apply to the nodes of that type only; without a type any node may be used.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class _Node:
     size: int
     free: int
     held: int  # held by a running job not yet re-placed this cycle
+    gpu_type: str
 
     @property
     def n_free(self) -> int:
@@ -101,8 +105,9 @@ class Topology:
 
     def __init__(self, cluster: ClusterSpec) -> None:
         self.cluster = cluster
-        self.nodes = [(n.node_id, n.switch_id, n.gpus) for n in cluster.nodes]
+        self.nodes = [(n.node_id, n.switch_id, n.gpus, n.gpu_type) for n in cluster.nodes]
         self.index = {n.node_id: i for i, n in enumerate(cluster.nodes)}
+        self.type_of = {n.node_id: n.gpu_type for n in cluster.nodes}
         groups: dict[str, list[int]] = {}
         for i, n in enumerate(cluster.nodes):
             groups.setdefault(n.switch_id, []).append(i)
@@ -145,10 +150,18 @@ class CyclePlacement:
         self.scheme = scheme
         if scheme == "yarn":
             previous = None  # re-pack from scratch: nothing is kept, nothing is held
-        self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0)
-                               for nid, sw, size in topo.nodes]
+        self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0, gpu_type)
+                               for nid, sw, size, gpu_type in topo.nodes]
         self._switches = [[nodes[i] for i in group] for group in topo.switch_groups]
         self.free_gpus = topo.total_gpus
+        self._type_of = topo.type_of
+        self._free_by_type = dict(topo.cluster.gpus_by_type)
+        # Per GPU type: its nodes and its part of each switch (heterogeneous clusters only).
+        self._pools: dict[str, tuple[list[_Node], list[list[_Node]]]] = {}
+        if len(self._free_by_type) > 1:
+            for t in self._free_by_type:
+                sw = [[n for n in group if n.gpu_type == t] for group in self._switches]
+                self._pools[t] = ([n for n in nodes if n.gpu_type == t], [g for g in sw if g])
         self._previous = previous or {}
         # Each running job's GPUs as (node, mask), or None if they no longer exist.
         self._held: dict[str, list[tuple[_Node, int]] | None] = {}
@@ -179,24 +192,38 @@ class CyclePlacement:
             f"in one node is {self.largest_block()}"
         )
 
+    def free_of(self, gpu_type: str) -> int:
+        """Free GPUs of one type this cycle."""
+        return self._free_by_type.get(gpu_type, 0)
+
     # -- placement -------------------------------------------------------------------------
-    def try_place(self, job_id: str, gpus: int) -> GpuSlots | None:
+    def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None) -> GpuSlots | None:
         if gpus > self.free_gpus or gpus <= 0:
             return None
-        slots = self._keep(job_id, gpus)
+        if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
+            return None
+        nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches)) \
+            if gpu_type is not None else (self._nodes, self._switches)
+        slots = self._keep(job_id, gpus, gpu_type)
         # First without touching GPUs that running jobs still hold, then allowing it.
         for displace in (False, True):
             if slots is not None:
                 break
-            slots = self._consolidated(gpus, displace)
+            slots = self._consolidated(nodes, switches, gpus, displace)
             if slots is None and self.scheme == "count":
-                slots = self._spread(gpus, displace)
+                slots = self._spread(nodes, switches, gpus, displace)
         if slots is not None:
             self.free_gpus -= gpus
             self.placed[job_id] = slots
+            if len(self._free_by_type) == 1:
+                for t in self._free_by_type:
+                    self._free_by_type[t] -= gpus
+            else:
+                for node_id, taken in slots:
+                    self._free_by_type[self._type_of[node_id]] -= len(taken)
         return slots
 
-    def _keep(self, job_id: str, gpus: int) -> GpuSlots | None:
+    def _keep(self, job_id: str, gpus: int, gpu_type: str | None) -> GpuSlots | None:
         """Give a running job back its own GPUs if they are all still free."""
         if job_id not in self._held:
             return None
@@ -207,7 +234,7 @@ class CyclePlacement:
             node.held &= ~m  # no longer reserved for it, whatever happens next
         count = 0
         for node, m in held:
-            if node.free & m != m:
+            if node.free & m != m or (gpu_type is not None and node.gpu_type != gpu_type):
                 return None
             count += m.bit_count()
         if count != gpus:
@@ -216,14 +243,15 @@ class CyclePlacement:
             node.free &= ~m
         return self._previous[job_id]
 
-    def _consolidated(self, gpus: int, displace: bool) -> GpuSlots | None:
+    def _consolidated(self, nodes: list[_Node], switches: list[list[_Node]], gpus: int,
+                      displace: bool) -> GpuSlots | None:
         """One node if a node of the switch is big enough, else whole nodes + a remainder."""
-        fits = [n for n in self._nodes if n.size >= gpus and n.available(displace) >= gpus]
+        fits = [n for n in nodes if n.size >= gpus and n.available(displace) >= gpus]
         if fits:
             # tightest fit; yarn: first fit in node order
             best = fits[0] if self.scheme == "yarn" else min(fits, key=lambda n: n.n_free)
             return ((best.node_id, best.take(gpus)),)
-        for members in self._switches:
+        for members in switches:
             if all(n.size < gpus for n in members):
                 slots = self._multi_node(members, gpus, displace)
                 if slots is not None:
@@ -253,12 +281,12 @@ class CyclePlacement:
             slots.append((remainder.node_id, remainder.take(rest)))
         return tuple(slots)
 
-    def _spread(self, gpus: int, displace: bool) -> GpuSlots | None:
+    def _spread(self, nodes: list[_Node], switches: list[list[_Node]], gpus: int,
+                displace: bool) -> GpuSlots | None:
         """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can."""
-        switches = sorted(self._switches,
-                          key=lambda ms: -sum(n.available(displace) for n in ms))
-        best = switches[0]
-        pool = best if sum(n.available(displace) for n in best) >= gpus else self._nodes
+        ranked = sorted(switches, key=lambda ms: -sum(n.available(displace) for n in ms))
+        best = ranked[0]
+        pool = best if sum(n.available(displace) for n in best) >= gpus else nodes
         if sum(n.available(displace) for n in pool) < gpus:
             return None
         need = gpus

@@ -320,7 +320,8 @@ class SchedulerCore(CoreDefaults):
             rec.progress_at = now
             rec.ready_at = now + model.restart(rec.spec)
             members = [self.jobs[j].spec for j in group]
-            rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model)
+            gpu_type = self.topology.type_of.get(slots[0][0])
+            rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model, gpu_type)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done, colocated=group))
             transitions.append(self._transition(rec, JobState.RUNNING, cause, now))
