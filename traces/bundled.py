@@ -25,6 +25,17 @@ def _trace(name: str, fmt: str, relpath: str, description: str) -> BundledTrace:
 
 
 _MURI = "muri/simulator/trace-data"
+_GAVEL = "gavel/traces"
+# Gavel's traces by name, with their job counts (for the descriptions).
+_GAVEL_MSR = {
+    "0e4a51": 1181, "103959": 986, "11cb48": 2000, "23dbec": 9, "2869ce": 533, "51b7ef": 18,
+    "6214e9": 2000, "6c71a0": 2000, "795a4c": 3, "7f04ca": 972, "925e2b": 4, "b436b2": 2000,
+    "e13805": 607, "ed69ec": 951, "ee9e8c": 2000,
+}  # fmt: skip
+_GAVEL_PHYSICAL = {
+    "artifact_evaluation": 15, "debug": 14, "debug_v2": 14, "highmem_test": 8,
+    "max_min_fairness": 96, "medium_test": 20, "minimize_makespan": 100, "small_test": 20,
+}  # fmt: skip
 _TRACES: tuple[BundledTrace, ...] = (
     *(
         _trace(f"muri/trace{i}", "muri", f"{_MURI}/trace{i}.csv", f"Muri simulator trace {i}")
@@ -75,6 +86,24 @@ _TRACES: tuple[BundledTrace, ...] = (
         "itp",
         "itp/elasticflow-traces/cluster10.csv",
         "Microsoft ITP cluster 10 (the smallest) with ElasticFlow deadlines",
+    ),
+    *(
+        _trace(
+            f"gavel/msr/{vc}",
+            "gavel-msr",
+            f"{_GAVEL}/msr/seed=0/{vc}.trace",
+            f"Gavel's Philly virtual cluster {vc} ({jobs} jobs, seed 0, legacy 7 fields)",
+        )
+        for vc, jobs in _GAVEL_MSR.items()
+    ),
+    *(
+        _trace(
+            f"gavel/physical/{name}",
+            "gavel",
+            f"{_GAVEL}/physical_cluster/{name}.trace",
+            f"Gavel physical-cluster trace {name} ({jobs} jobs)",
+        )
+        for name, jobs in _GAVEL_PHYSICAL.items()
     ),
 )
 _TRACES_BY_NAME = {t.name: t for t in _TRACES}
