@@ -54,7 +54,13 @@ def _positive(text: str) -> float:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="bundled name (muri/trace1) or CSV path")
-    p.add_argument("--cluster", required=True, help="bundled name (n8g8) or cluster-spec CSV")
+    p.add_argument("--cluster", required=True,
+                   help="bundled name (n8g8), cluster-spec CSV or JSON, or GPU counts per type "
+                        "V100:P100:K80 (36:36:36)")
+    p.add_argument("--gpus-per-server", default="4",
+                   help="with GPU counts: GPUs per server, N or N:N:N per type (default 4)")
+    p.add_argument("--throughputs", help="per-GPU-type throughput JSON for Gavel traces "
+                                         "(default: Gavel's bundled simulation table)")
     p.add_argument("--bus", choices=("memory", "nats"), default="memory",
                    help="in-process bus, or NATS JetStream (default: memory)")
     p.add_argument("--nats-url", help="NATS server; default with --bus nats: start a private one")
@@ -100,7 +106,8 @@ def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
         trace=args.trace, cluster=args.cluster, policy=policy, bus=args.bus,
         nats_url=args.nats_url, round_s=args.round_s, overhead=args.overhead,
         placement=args.placement, seed=args.seed,
-        log_level=args.log_level,
+        log_level=args.log_level, gpus_per_server=args.gpus_per_server,
+        throughputs=args.throughputs,
     )
 
 

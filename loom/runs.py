@@ -17,6 +17,8 @@ import policies
 from loom.simulate import BusKind, SimConfig, SimResult, run_simulation
 from services.runtime.logging import configure
 from traces import load_cluster, load_trace
+from traces.loader import Trace
+from traces.throughputs import load_throughputs
 
 
 @dataclass(frozen=True)
@@ -33,20 +35,26 @@ class RunSpec:
     placement: str | None = None
     seed: int = 0
     log_level: str = "warning"
+    gpus_per_server: str = "4"  # for type-count clusters such as 36:36:36
+    throughputs: str | None = None  # profile JSON; None: Gavel's bundled simulation table
 
     def validate(self) -> None:
         """Fail before any work starts: unknown policy, unreadable trace or cluster."""
         if self.policy not in policies.REGISTRY:
             raise policies.UnknownPolicy(self.policy)
-        load_cluster(self.cluster)
-        load_trace(self.trace)
+        load_cluster(self.cluster, self.gpus_per_server)
+        self._trace()
+
+    def _trace(self) -> Trace:
+        table = load_throughputs(self.throughputs) if self.throughputs else None
+        return load_trace(self.trace, throughputs=table)
 
     def config(self) -> SimConfig:
-        trace = load_trace(self.trace)
+        trace = self._trace()
         return SimConfig(
             policy=self.policy,
             jobs=trace.jobs,
-            cluster=load_cluster(self.cluster),
+            cluster=load_cluster(self.cluster, self.gpus_per_server),
             trace_name=trace.name,
             overhead=self.overhead or trace.default_overhead,
             round_s=self.round_s,

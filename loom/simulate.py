@@ -55,6 +55,7 @@ ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     t0 = time.perf_counter()
     policy = policies.make(cfg.policy)
+    policy.configure(seed=cfg.seed, round_s=cfg.round_s or 360.0)
     overhead = parse_overhead(cfg.overhead)
     replan = "round" if cfg.round_s is not None else policy.replan
     sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0, overhead=overhead,

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from policies.base import Policy
 from policies.fifo import Fifo
+from policies.fifo_rounds import FifoPerf, FifoRandom
+from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
 from policies.gittins import TiresiasGittins
+from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
 from policies.mlfq import Las, Tiresias
 from policies.muri import MuriL, MuriS
 from policies.srsf import Srsf
@@ -16,7 +19,12 @@ from policies.themis import Themis
 
 REGISTRY: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, Themis, MuriS, MuriL)
+    for cls in (
+        Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, Themis, MuriS, MuriL,
+        # Gavel's heterogeneity-aware policies and their agnostic baselines (round-based)
+        MaxMinFairness, MaxMinFairnessPerf, FinishTimeFairness, FinishTimeFairnessPerf,
+        FifoRandom, FifoPerf,
+    )
 }
 
 

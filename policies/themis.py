@@ -60,7 +60,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -74,15 +74,13 @@ from policies.base import (
     greedy_fill,
     status_for_waiting,
 )
+from policies.lp import USABLE, FloatArray, LpStats, bucket
 from schemas.status import Status
 
 if TYPE_CHECKING:  # cvxpy is imported on first use: it costs about a second at start-up
     import cvxpy as cp
 
-FloatArray = np.ndarray[Any, np.dtype[np.float64]]
-
 SOLVERS: tuple[str, ...] = ("CLARABEL", "SCS")
-USABLE = ("optimal", "optimal_inaccurate")
 NEVER_RAN = 1e9  # Muri's priority multiplier for a job with no executed time
 X_DIGITS = 9  # shares are rounded here (below solver tolerance) so equal jobs tie exactly
 
@@ -94,14 +92,6 @@ def rank_key(x: float, attained_s: float, deficit: float, submit_s: float) -> tu
     """
     prio = x * NEVER_RAN if attained_s == 0 else x / attained_s
     return (-prio, -deficit, -x, submit_s)
-
-
-def bucket(n: int) -> int:
-    """Compiled-problem size for n jobs: n up to 16, else n rounded up to 4 significant bits."""
-    if n <= 16:
-        return n
-    step = 1 << (n.bit_length() - 4)
-    return -(-n // step) * step
 
 
 def binding_shares(a: FloatArray, b: FloatArray, gpus: FloatArray,
@@ -136,24 +126,6 @@ class _Compiled:
     b: cp.Parameter
     gpus: cp.Parameter
     capacity: cp.Parameter
-
-
-@dataclass(slots=True)
-class LpStats:
-    solves: int = 0
-    compiles: int = 0
-    cache_hits: int = 0
-    fallbacks: int = 0  # cycles where no solver produced shares
-    exact: int = 0  # cycles where the first solve failed and the capacity binds: closed form
-    rescaled: int = 0  # cycles solved by the first solver only on the scaled data
-    secondary: int = 0  # cycles solved only by a later solver
-    inaccurate: int = 0  # cycles left with an "optimal_inaccurate" solution (still used)
-    total_s: float = 0.0  # wall time in `solve` (compile included)
-    max_s: float = 0.0
-
-    @property
-    def mean_s(self) -> float:
-        return self.total_s / self.solves if self.solves else 0.0
 
 
 @dataclass

@@ -42,6 +42,17 @@ class JobBuilder:
         self._fields["model"] = name
         return self
 
+    def rates(self, **per_type: float) -> JobBuilder:
+        """Iterations/s per GPU type (a profile); the v100 rate (or the first) sets the speed."""
+        self._fields["throughputs"] = dict(per_type)
+        ref = per_type.get("v100", next(iter(per_type.values())))
+        self._fields["iteration_time_s"] = 1.0 / ref
+        return self
+
+    def weight(self, w: float) -> JobBuilder:
+        self._fields["weight"] = w
+        return self
+
     def deadline(self, t: float, best_effort: bool = False) -> JobBuilder:
         self._fields["deadline_s"] = t
         self._fields["best_effort"] = best_effort

@@ -17,7 +17,8 @@ import pytest
 
 import policies
 from policies.base import Plan
-from policies.themis import NEVER_RAN, FairnessLp, Themis, binding_shares, bucket, rank_key
+from policies.lp import bucket
+from policies.themis import NEVER_RAN, FairnessLp, Themis, binding_shares, rank_key
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
 from schemas.status import StatusCode

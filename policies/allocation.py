@@ -1,0 +1,87 @@
+"""The frozen input of a time-share allocation (Gavel's policies, algorithms.md §3a).
+
+Rows are the active jobs in admission order (Gavel sorts by job id, which is arrival order);
+columns are GPU types in sorted order (Gavel's `flatten`). Throughputs are iterations per second
+of the job alone at its GPU count on each type; a job without a profile runs at its trace speed
+on every type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.base import Snapshot
+from policies.lp import FloatArray
+from schemas.cluster import ClusterSpec
+
+# Gavel visits worker types fastest first; other types follow in name order.
+_GAVEL_ORDER = ("v100", "p100", "k80")
+
+
+def gpu_type_order(cluster: ClusterSpec) -> tuple[str, ...]:
+    present = cluster.gpus_by_type
+    known = [t for t in _GAVEL_ORDER if t in present]
+    return tuple(known + sorted(t for t in present if t not in _GAVEL_ORDER))
+
+
+@dataclass(frozen=True)
+class AllocationInput:
+    job_ids: tuple[str, ...]
+    types: tuple[str, ...]
+    throughputs: FloatArray  # (m, n) iterations/s
+    gpus: FloatArray  # (m,) scale factors
+    weights: FloatArray  # (m,) priority weights
+    remaining: FloatArray  # (m,) iterations left
+    age_s: FloatArray  # (m,) seconds since submission
+    capacity: FloatArray  # (n,) GPUs per type
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot, types: tuple[str, ...]) -> AllocationInput:
+        jobs = list(snap.jobs.values())  # the scheduler keeps them in admission order
+        m, n = len(jobs), len(types)
+        tput = np.empty((m, n))
+        for i, job in enumerate(jobs):
+            rates = job.spec.throughputs or {}
+            own = 1.0 / job.spec.iteration_time_s
+            tput[i] = [rates.get(t, own) for t in types]
+        by_type = snap.cluster.gpus_by_type
+        return cls(
+            job_ids=tuple(j.job_id for j in jobs),
+            types=types,
+            throughputs=tput,
+            gpus=np.array([j.gpus for j in jobs], dtype=np.float64),
+            weights=np.array([j.spec.weight for j in jobs], dtype=np.float64),
+            remaining=np.array([j.remaining_iterations for j in jobs], dtype=np.float64),
+            age_s=np.array([snap.now - j.spec.submit_time_s for j in jobs], dtype=np.float64),
+            capacity=np.array([by_type[t] for t in types], dtype=np.float64),
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.job_ids), len(self.types)
+
+    def reference_column(self, gpu_type: str = "v100") -> FloatArray:
+        """Every type given one type's throughput (Gavel's agnostic variants); its own if absent."""
+        col = self.types.index(gpu_type) if gpu_type in self.types else 0
+        return np.repeat(self.throughputs[:, col:col + 1], len(self.types), axis=1)
+
+    def even_split(self) -> FloatArray:
+        """Every job an equal share of every type, rows scaled so the fullest sums to 1.
+
+        Gavel's "proportional" allocation, the reference of max-min fairness.
+        """
+        m = len(self.job_ids)
+        x = np.tile(self.capacity / m, (m, 1))
+        top = float(x.sum(axis=1).max()) if m else 1.0
+        return x / top if top > 0 else x
+
+    def isolated_split(self) -> FloatArray:
+        """Gavel's "isolated" allocation, the reference of finish-time fairness: the cluster
+        split evenly in GPUs (1/M of each type), in time shares of each job's GPU count, rows
+        capped at 1."""
+        m, _ = self.shape
+        x: FloatArray = np.tile(self.capacity / m, (m, 1)) / self.gpus[:, None]
+        out: FloatArray = x / np.maximum(x.sum(axis=1), 1.0)[:, None]
+        return out

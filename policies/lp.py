@@ -1,0 +1,101 @@
+"""What every LP-based policy shares: problem sizes, a compile cache, solver statistics.
+
+cvxpy compiles a problem once per shape; with every number a `cp.Parameter` (DPP) a re-plan only
+re-solves. Shapes are bucketed so that a queue growing by one job does not recompile: sizes are
+exact up to 16, then rounded up to 4 significant bits (≤ 12.5 % padding), or for problems whose
+compilation dominates (Gavel's, compiled at many sizes in one run), powers of two. Each policy
+pads its own way, so that padding rows never bind.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:  # cvxpy costs about a second to import: only on first use
+    import cvxpy as cp
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+USABLE = ("optimal", "optimal_inaccurate")
+
+
+def bucket(n: int, bits: int = 4) -> int:
+    """Compiled-problem size for n jobs: n up to 2^bits, else n rounded up to `bits`
+    significant bits (bits=1: the next power of two, for problems that compile slowly)."""
+    if n <= 1 << bits:
+        return n
+    step = 1 << (n.bit_length() - bits)
+    return -(-n // step) * step
+
+
+@dataclass(slots=True)
+class LpStats:
+    solves: int = 0
+    compiles: int = 0
+    cache_hits: int = 0
+    fallbacks: int = 0  # cycles where no solver produced a solution
+    exact: int = 0  # cycles where the first solve failed and a closed form was used
+    rescaled: int = 0  # cycles solved by the first solver only on the scaled data
+    secondary: int = 0  # cycles solved only by a later solver
+    inaccurate: int = 0  # cycles left with an "optimal_inaccurate" solution (still used)
+    total_s: float = 0.0  # wall time in `solve` (compile included)
+    max_s: float = 0.0
+
+    @property
+    def mean_s(self) -> float:
+        return self.total_s / self.solves if self.solves else 0.0
+
+    def timed(self, t0: float) -> None:
+        dt = time.perf_counter() - t0
+        self.solves += 1
+        self.total_s += dt
+        self.max_s = max(self.max_s, dt)
+
+
+P = TypeVar("P")
+
+
+@dataclass
+class CompiledCache(Generic[P]):
+    """Compiled problems by shape; `build(shape)` makes one (a problem plus its handles)."""
+
+    build: Callable[[tuple[int, ...]], P]
+    stats: LpStats = field(default_factory=LpStats)
+    _cache: dict[tuple[int, ...], P] = field(default_factory=dict)
+
+    def get(self, shape: tuple[int, ...]) -> P:
+        hit = self._cache.get(shape)
+        if hit is not None:
+            self.stats.cache_hits += 1
+            return hit
+        self.stats.compiles += 1
+        made = self._cache[shape] = self.build(shape)
+        return made
+
+
+def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str]
+                ) -> tuple[FloatArray | None, str]:
+    """Solve with each solver in turn; the first optimal value (or the first inaccurate one)."""
+    from cvxpy.error import SolverError
+
+    backup: tuple[FloatArray | None, str] = (None, "failed")
+    for solver in solvers:
+        try:
+            with warnings.catch_warnings():  # "may be inaccurate": reported in the status
+                warnings.simplefilter("ignore", UserWarning)
+                problem.solve(solver=solver, warm_start=False)  # type: ignore[no-untyped-call]
+        except SolverError:
+            continue
+        value, status = variable.value, str(problem.status)
+        if status not in USABLE or value is None or not np.all(np.isfinite(value)):
+            continue
+        if status == "optimal":
+            return np.asarray(value, dtype=np.float64), status
+        if backup[0] is None:
+            backup = (np.asarray(value, dtype=np.float64), status)
+    return backup

@@ -1,0 +1,217 @@
+"""Gavel's round-based mechanism: turn time-share allocations into one round's assignment.
+
+A heterogeneity-aware policy answers one question, "what fraction of wall time should job m
+spend on GPU type j" (X[m, j], see `policies.allocation`); this mechanism realises X round by
+round, as Gavel's `scheduler.py` does (algorithms.md §3a):
+
+* X is recomputed when jobs arrived or left, but at most once per `reset_interval_s` (1920 s)
+  once the first allocation exists; at each recomputation the per-type time every job received
+  is reset (to half a round, so a new job is not infinitely behind) and what it lacked against
+  its allocation is kept as a deficit;
+* each round, priority[m, j] = X[m, j] / (time m got on j / time all jobs got on j), or
+  X × 1e9 for a job that has not run on j since the reset, 0 where X or the throughput is 0;
+* (job, type) entries are taken greedily, per type in the order v100, p100, k80 (shuffled each
+  round, seeded, for heterogeneity-agnostic policies), sorted by (priority, deficit, X)
+  descending, while GPUs of the type remain and the job is not already placed;
+* placement by decreasing GPU count; a job keeps its GPUs when they are still free, so its
+  lease is extended without a restart.
+
+Time credit: every job that ran in the previous round is credited the time since that round
+began on the type it ran on (Gavel credits the round's length; a job that finished early has
+left anyway).
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from policies.allocation import AllocationInput, gpu_type_order
+from policies.base import Fitter, JobView, Plan, Policy, Snapshot
+from policies.lp import FloatArray
+from schemas.status import Status, StatusCode
+
+NEVER_RAN = 1e9  # Gavel's priority multiplier for a job that has not run since the reset
+RESET_INTERVAL_S = 1920.0  # Gavel's minimum_time_between_allocation_resets
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """Per job: seconds received on each GPU type since the last reset, and deficits."""
+
+    received: dict[str, float]
+    deficit: dict[str, float]
+
+
+@dataclass(slots=True)
+class RoundState:
+    allocation: dict[str, dict[str, float]] = field(default_factory=dict)
+    ledgers: dict[str, _Ledger] = field(default_factory=dict)
+    type_time: dict[str, float] = field(default_factory=dict)  # Σ received, per type
+    last_reset: float = 0.0
+    stale: bool = False  # jobs arrived or left since the allocation was computed
+    ran_on: dict[str, str] = field(default_factory=dict)  # last round: job → GPU type
+    last_round: float | None = None
+    recomputed: int = 0
+
+
+class RoundPolicy(Policy):
+    """A Gavel policy: `allocate` gives X; this class runs Gavel's rounds on it."""
+
+    placement = "count"
+    replan = "round"
+    aware: bool = True  # False: GPU types are visited in a seeded random order each round
+    skip_unallocated: bool = False  # FIFO: a job with priority 0 does not run at all
+
+    def __init__(self, *, seed: int = 0, round_s: float = 360.0,
+                 reset_interval_s: float = RESET_INTERVAL_S) -> None:
+        self.round_s = round_s
+        self.reset_interval_s = reset_interval_s
+        self.state = RoundState()
+        self._shuffle = random.Random(seed + 5)  # Gavel's worker-type shuffler seed
+        self._position: dict[str, int] = {}
+
+    def configure(self, *, seed: int, round_s: float) -> None:
+        self.round_s = round_s
+        self._shuffle = random.Random(seed + 5)
+
+    @abc.abstractmethod
+    def allocate(self, inp: AllocationInput) -> FloatArray:
+        """X: rows are `inp.job_ids`, columns `inp.types`; rows sum to ≤ 1."""
+
+    # -- hooks -------------------------------------------------------------------------------
+    def job_added(self, job: JobView) -> None:
+        st = self.state
+        st.ledgers[job.job_id] = _Ledger({}, {})
+        st.stale = True
+
+    def job_removed(self, job_id: str) -> None:
+        st = self.state
+        st.ledgers.pop(job_id, None)
+        st.allocation.pop(job_id, None)
+        st.ran_on.pop(job_id, None)
+        self._position.pop(job_id, None)
+        st.stale = True
+
+    def waiting_status(self, job_id: str) -> Status:
+        alloc = self.state.allocation.get(job_id)
+        if alloc is not None and not any(alloc.values()) and self.skip_unallocated:
+            reason = "not yet allocated GPUs (queued behind earlier jobs)"
+        else:
+            reason = "other jobs are further below their time share this round"
+        return Status(code=StatusCode.WAITING_FOR_PRIORITY, reason=reason,
+                      decided_by=self.name, queue_position=self._position.get(job_id))
+
+    # -- the round ---------------------------------------------------------------------------
+    def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
+        st = self.state
+        types = gpu_type_order(snap.cluster)
+        for jid in snap.jobs:  # adopt jobs not announced through job_added
+            if jid not in st.ledgers:
+                self.job_added(snap.jobs[jid])
+        half = self.round_s / 2.0
+        for ledger in st.ledgers.values():
+            for t in types:
+                ledger.received.setdefault(t, half)
+                ledger.deficit.setdefault(t, 0.0)
+        self._credit(snap.now)
+        if st.stale and (snap.now - st.last_reset >= self.reset_interval_s
+                         or st.last_reset == 0.0):
+            self._reset(snap, types)
+        order = list(types)
+        if not self.aware:
+            self._shuffle.shuffle(order)
+        chosen = self._select(snap, order)
+        plan = Plan()
+        for jid, t in sorted(chosen.items(), key=lambda kv: -snap.jobs[kv[0]].gpus):
+            slots = fit.try_place(jid, snap.jobs[jid].gpus, t)
+            if slots is None:  # cannot happen: the selection counted GPUs per type
+                raise RuntimeError(f"round placement failed for {jid} on {t}")
+            plan.run[jid] = slots
+        st.ran_on = dict(chosen)
+        st.last_round = snap.now
+        waiting = [jid for jid in snap.jobs if jid not in chosen]
+        self._position = {jid: i for i, jid in enumerate(waiting, start=1)}
+        plan.free_gpus = fit.free_gpus
+        return plan
+
+    def _credit(self, now: float) -> None:
+        st = self.state
+        if st.last_round is None:
+            return
+        elapsed = now - st.last_round
+        for jid, t in st.ran_on.items():
+            ledger = st.ledgers.get(jid)
+            if ledger is not None:
+                ledger.received[t] = ledger.received.get(t, 0.0) + elapsed
+                st.type_time[t] = st.type_time.get(t, 0.0) + elapsed
+
+    def _reset(self, snap: Snapshot, types: tuple[str, ...]) -> None:
+        st = self.state
+        half = self.round_s / 2.0
+        since = snap.now - st.last_reset
+        for jid, ledger in st.ledgers.items():
+            alloc = st.allocation.get(jid)
+            for t in types:
+                should = alloc[t] * since if alloc is not None else 0.0
+                ledger.deficit[t] += should - (ledger.received[t] - half)
+                ledger.received[t] = half
+        st.type_time = {t: half * len(st.ledgers) for t in types}
+        st.last_reset = snap.now
+        inp = AllocationInput.from_snapshot(snap, tuple(sorted(types)))
+        x = self.allocate(inp) if inp.job_ids else np.zeros((0, len(inp.types)))
+        x = np.clip(x, 0.0, 1.0)
+        st.allocation = {jid: {t: float(x[i, j]) for j, t in enumerate(inp.types)}
+                         for i, jid in enumerate(inp.job_ids)}
+        st.stale = False
+        st.recomputed += 1
+
+    def _select(self, snap: Snapshot, order: list[str]) -> dict[str, str]:
+        """Gavel's greedy pass over (job, type) entries in priority order."""
+        st = self.state
+        left = {t: n for t, n in snap.cluster.gpus_by_type.items()}
+        entries: list[tuple[str, str]] = []
+        for t in order:
+            keyed: list[tuple[float, float, float, int, str]] = []
+            for jid in st.ledgers:  # admission order: ties keep it, as Gavel's stable sort
+                job = snap.jobs.get(jid)
+                if job is None:
+                    continue
+                alloc = st.allocation.get(jid, {}).get(t, 0.0)
+                prio = self._priority(job, t, alloc)
+                keyed.append((-prio, -st.ledgers[jid].deficit[t], -alloc, len(keyed), jid))
+            keyed.sort()
+            entries += [(k[-1], t) for k in keyed]
+        chosen: dict[str, str] = {}
+        for jid, t in entries:
+            if left.get(t, 0) == 0 or jid in chosen:
+                continue
+            job = snap.jobs[jid]
+            if _rate(job, t) <= 0:
+                continue
+            if self.skip_unallocated and st.allocation.get(jid, {}).get(t, 0.0) <= 0:
+                continue
+            if job.gpus > left[t]:
+                continue
+            left[t] -= job.gpus
+            chosen[jid] = t
+        return chosen
+
+    def _priority(self, job: JobView, t: str, alloc: float) -> float:
+        if alloc == 0.0 or _rate(job, t) <= 0:
+            return 0.0
+        total = self.state.type_time.get(t, 0.0)
+        got = self.state.ledgers[job.job_id].received[t]
+        if total == 0.0 or got == 0.0:
+            return alloc * NEVER_RAN
+        return alloc / (got / total)
+
+
+def _rate(job: JobView, gpu_type: str) -> float:
+    rates = job.spec.throughputs
+    if rates is None:
+        return 1.0 / job.spec.iteration_time_s
+    return rates.get(gpu_type, 1.0 / job.spec.iteration_time_s)

@@ -1,0 +1,146 @@
+"""Gavel's allocation LPs on clusters small enough to solve by hand (algorithms.md §3a)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from policies.allocation import AllocationInput
+from policies.fifo_rounds import FifoPerf, FifoRandom
+from policies.finish_time_fairness import FinishTimeFairnessPerf, FinishTimeFairnessSolver
+from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf, MaxMinFairnessSolver
+
+
+def inp(rates: list[list[float]], capacity: list[float], *, gpus: list[float] | None = None,
+        weights: list[float] | None = None, remaining: list[float] | None = None,
+        age: list[float] | None = None, types: tuple[str, ...] | None = None) -> AllocationInput:
+    m, n = len(rates), len(capacity)
+    return AllocationInput(
+        job_ids=tuple(str(i) for i in range(m)),
+        types=types or ("k80", "p100", "v100")[:n] if n <= 3 else tuple(f"t{j}" for j in range(n)),
+        throughputs=np.array(rates, dtype=float),
+        gpus=np.array(gpus or [1.0] * m),
+        weights=np.array(weights or [1.0] * m),
+        remaining=np.array(remaining or [1000.0] * m),
+        age_s=np.array(age or [0.0] * m),
+        capacity=np.array(capacity, dtype=float),
+    )
+
+
+def feasible(a: AllocationInput, x: np.ndarray) -> None:
+    assert x.shape == a.shape
+    assert (x >= -1e-6).all()
+    assert (x.sum(axis=1) <= 1 + 1e-6).all()
+    assert ((a.gpus[:, None] * x).sum(axis=0) <= a.capacity + 1e-6).all()
+
+
+# -- max-min fairness ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("case", "data", "expected"),
+    [
+        # two equal jobs on one GPU split it evenly
+        ("equal", inp([[1.0], [1.0]], [1]), [[0.5], [0.5]]),
+        # weight 2 earns twice the time share
+        ("weights", inp([[1.0], [1.0]], [1], weights=[2, 1]), [[2 / 3], [1 / 3]]),
+        # a 2-GPU job normalised to the even split: the 1-GPU job runs all the time, the
+        # gang half the time (2·0.5 + 1 = 2 GPUs)
+        ("gangs", inp([[1.0], [1.0]], [2], gpus=[2, 1]), [[0.5], [1.0]]),
+    ],
+)
+def test_max_min_fairness_unique_optima(case: str, data: AllocationInput,
+                                        expected: list[list[float]]) -> None:
+    x = MaxMinFairnessSolver().solve(data, data.throughputs)
+    feasible(data, x)
+    np.testing.assert_allclose(x, expected, atol=1e-4, err_msg=case)
+
+
+def test_max_min_fairness_perf_reaches_the_hand_optimum_on_two_types() -> None:
+    # types (k80, v100), one GPU each; job 0 is 3x faster on the v100, job 1 indifferent.
+    # Even split: each job half of each type, so T_even = (2, 1); normalised throughputs
+    # (0.5, 1.5) and (1, 1). Job 1 can reach at most 1 (its row sums to 1), so the optimum is
+    # 1: job 1 runs all the time, job 0 gets at least its even-split throughput.
+    data = inp([[1.0, 3.0], [1.0, 1.0]], [1, 1], types=("k80", "v100"))
+    x = MaxMinFairnessSolver().solve(data, data.throughputs)
+    feasible(data, x)
+    normalised = (data.throughputs * x).sum(axis=1) / np.array([2.0, 1.0])
+    assert normalised.min() == pytest.approx(1.0, abs=1e-4)
+    assert x[1].sum() == pytest.approx(1.0, abs=1e-4)
+
+
+def test_max_min_padding_rows_never_bind() -> None:
+    # 17 jobs compile a size-18 problem: the padding row must change nothing.
+    data = inp([[1.0]] * 17, [4])
+    x = MaxMinFairnessSolver().solve(data, data.throughputs)
+    np.testing.assert_allclose(x[:, 0], np.full(17, 4 / 17), atol=1e-4)
+
+
+def test_max_min_recompiles_only_for_a_new_size_bucket() -> None:
+    solver = MaxMinFairnessSolver()
+    for m in (21, 22, 21, 22):  # all in bucket 22 (4 significant bits)
+        solver.solve(inp([[1.0]] * m, [8]), np.ones((m, 1)))
+    assert solver.cache.stats.compiles == 1
+    assert solver.cache.stats.cache_hits == 3
+
+
+# -- finish-time fairness --------------------------------------------------------------------
+def test_ftf_equal_fresh_jobs_share_equally() -> None:
+    data = inp([[1.0], [1.0]], [1])
+    x = FinishTimeFairnessSolver().solve(data, data.throughputs)
+    np.testing.assert_allclose(x, [[0.5], [0.5]], atol=1e-4)
+
+
+def test_ftf_older_job_gets_the_golden_share() -> None:
+    # One GPU, isolated share 1/2 each, so iso = 2R for both. Job 0 has waited R seconds:
+    # rho_0 = (R + R/x0)/2R, rho_1 = (R/x1)/2R; equal rho and x0 + x1 = 1 give
+    # x0^2 + x0 - 1 = 0, x0 = (sqrt 5 - 1)/2.
+    r = 1000.0
+    data = inp([[1.0], [1.0]], [1], remaining=[r, r], age=[r, 0.0])
+    solver = FinishTimeFairnessSolver()
+    x = solver.solve(data, data.throughputs)
+    golden = (math.sqrt(5) - 1) / 2
+    np.testing.assert_allclose(x[:, 0], [golden, 1 - golden], atol=1e-4)
+    assert solver.rho["0"] == pytest.approx(solver.rho["1"], rel=1e-4)
+
+
+def test_ftf_accumulates_isolated_time_between_allocations() -> None:
+    solver = FinishTimeFairnessSolver()
+    solver.solve(inp([[2.0], [2.0]], [1], remaining=[1000, 1000]), np.full((2, 1), 2.0))
+    # isolated rate: half the GPU at 2 it/s = 1 it/s; 300 iterations later → 300 s credited
+    solver.solve(inp([[2.0], [2.0]], [1], remaining=[700, 1000]), np.full((2, 1), 2.0))
+    assert solver.history["0"].iso_s == pytest.approx(300.0)
+    assert solver.history["1"].iso_s == pytest.approx(0.0)
+
+
+# -- the registered policies' allocation step --------------------------------------------------
+def test_agnostic_variants_ignore_the_type_profile() -> None:
+    data = inp([[1.0, 10.0], [2.0, 2.0]], [1, 1], types=("k80", "v100"))
+    np.testing.assert_allclose(MaxMinFairness().allocate(data),
+                               MaxMinFairnessSolver().solve(data, np.ones(data.shape)))
+    perf = FinishTimeFairnessPerf()
+    assert perf.allocate(data).shape == (2, 2)
+
+
+def test_fifo_perf_takes_the_fastest_free_type_then_blocks() -> None:
+    # one k80, one v100; job 0 prefers the v100, job 1 gets the k80, job 2 waits (no type
+    # left) and job 3 may not overtake it.
+    data = inp([[1.0, 3.0], [1.0, 2.0], [1.0, 1.0], [1.0, 1.0]], [1, 1], types=("k80", "v100"))
+    x = FifoPerf().allocate(data)
+    np.testing.assert_array_equal(x, [[0, 1], [1, 0], [0, 0], [0, 0]])
+
+
+def test_fifo_random_keeps_each_job_on_its_type() -> None:
+    fifo = FifoRandom()
+    fifo.configure(seed=3, round_s=360.0)
+    data = inp([[1.0, 3.0], [1.0, 2.0]], [2, 2], types=("k80", "v100"))
+    first = fifo.allocate(data)
+    again = fifo.allocate(data)
+    np.testing.assert_array_equal(first, again)
+    assert (first.sum(axis=1) == 1).all()
+
+
+def test_max_min_fairness_perf_registered_with_rounds() -> None:
+    p = MaxMinFairnessPerf()
+    assert p.replan == "round" and p.aware
+    assert not MaxMinFairness().aware
