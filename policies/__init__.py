@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
+from policies.allox import AlloX
 from policies.base import Policy
 from policies.fifo import Fifo
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
 from policies.gittins import TiresiasGittins
 from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
+from policies.min_cost import MinCost, MinCostSlo
+from policies.min_makespan import MinMakespan
 from policies.mlfq import Las, Tiresias
 from policies.muri import MuriL, MuriS
 from policies.srsf import Srsf
@@ -23,7 +26,7 @@ REGISTRY: dict[str, type[Policy]] = {
         Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, Themis, MuriS, MuriL,
         # Gavel's heterogeneity-aware policies and their agnostic baselines (round-based)
         MaxMinFairness, MaxMinFairnessPerf, FinishTimeFairness, FinishTimeFairnessPerf,
-        FifoRandom, FifoPerf,
+        FifoRandom, FifoPerf, MinMakespan, MinCost, MinCostSlo, AlloX,
     )
 }
 

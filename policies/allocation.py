@@ -18,6 +18,14 @@ from schemas.cluster import ClusterSpec
 
 # Gavel visits worker types fastest first; other types follow in name order.
 _GAVEL_ORDER = ("v100", "p100", "k80")
+GAVEL_PRICES = {"v100": 0.74, "p100": 0.43, "k80": 0.135}  # $/GPU-hour, Gavel's utils.py (GCP)
+
+
+def gpu_prices(cluster: ClusterSpec, types: tuple[str, ...]) -> FloatArray:
+    """$/GPU-hour per type: the nodes' own price, else Gavel's GCP price, else 1."""
+    given = {n.gpu_type: n.gpu_price_per_hour for n in cluster.nodes
+             if n.gpu_price_per_hour is not None}
+    return np.array([given.get(t, GAVEL_PRICES.get(t, 1.0)) for t in types])
 
 
 def gpu_type_order(cluster: ClusterSpec) -> tuple[str, ...]:
@@ -36,6 +44,9 @@ class AllocationInput:
     remaining: FloatArray  # (m,) iterations left
     age_s: FloatArray  # (m,) seconds since submission
     capacity: FloatArray  # (n,) GPUs per type
+    prices: FloatArray  # (n,) $/GPU-hour per type
+    deadline_s: FloatArray  # (m,) absolute deadline (SLO), inf when none
+    now: float
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot, types: tuple[str, ...]) -> AllocationInput:
@@ -56,6 +67,10 @@ class AllocationInput:
             remaining=np.array([j.remaining_iterations for j in jobs], dtype=np.float64),
             age_s=np.array([snap.now - j.spec.submit_time_s for j in jobs], dtype=np.float64),
             capacity=np.array([by_type[t] for t in types], dtype=np.float64),
+            prices=gpu_prices(snap.cluster, types),
+            deadline_s=np.array([np.inf if j.spec.deadline_s is None else j.spec.deadline_s
+                                 for j in jobs], dtype=np.float64),
+            now=snap.now,
         )
 
     @property

@@ -105,6 +105,10 @@ class Policy(abc.ABC):
     def configure(self, *, seed: int, round_s: float) -> None:  # noqa: B027 - optional hook
         """The run's seed and round length, for policies with randomness or rounds."""
 
+    def admit(self, spec: JobSpec) -> str | None:
+        """Why this policy can never run the job (it is then rejected), or None."""
+        return None
+
     def job_added(self, job: JobView) -> None:  # noqa: B027 - optional hook
         """A job became active (admitted)."""
 

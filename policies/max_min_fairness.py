@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from policies.allocation import AllocationInput
-from policies.lp import CompiledCache, FloatArray, bucket, solve_first
+from policies.lp import CompiledCache, FloatArray, LpStats, bucket, solve_first
 from policies.rounds import RoundPolicy
 
 if TYPE_CHECKING:
@@ -61,39 +61,51 @@ def _build(shape: tuple[int, ...]) -> _MaxMinLp:
     return _MaxMinLp(cp.Problem(cp.Maximize(t), constraints), x, coeff, sf, capacity)
 
 
-class MaxMinFairnessSolver:
-    """Solves the max-min LP for a matrix of normalised throughputs; reusable across rounds."""
+class MaxMinLp:
+    """max t s.t. Σ_j coeff[m,j] X[m,j] ≥ t ∀m, and Gavel's base constraints; cached by size.
+
+    Shared by every "raise the worst-off job" objective (max-min fairness, min makespan).
+    """
 
     def __init__(self, solvers: tuple[str, ...] = SOLVERS) -> None:
         self.solvers = solvers
         self.cache: CompiledCache[_MaxMinLp] = CompiledCache(_build)
 
-    def solve(self, inp: AllocationInput, throughputs: FloatArray) -> FloatArray:
+    @property
+    def stats(self) -> LpStats:
+        return self.cache.stats
+
+    def solve(self, coeff: FloatArray, gpus: FloatArray, capacity: FloatArray
+              ) -> FloatArray | None:
+        """X (clipped to [0, 1]), or None if every solver failed."""
         t0 = time.perf_counter()
         try:
-            return self._solve(inp, throughputs)
+            m, n = coeff.shape
+            size = bucket(m, BUCKET_BITS)
+            lp = self.cache.get((size, n))
+            pad = size - m
+            top = float(coeff.max()) if coeff.size else 1.0
+            lp.coeff.value = np.vstack([coeff, np.full((pad, n), max(top, 1e-12))])
+            lp.sf.value = np.vstack([np.repeat(gpus[:, None], n, axis=1), np.zeros((pad, n))])
+            lp.capacity.value = capacity
+            x, _ = solve_first(lp.problem, lp.x, self.solvers)
+            if x is None:
+                self.cache.stats.fallbacks += 1
+                return None
+            return np.clip(x[:m], 0.0, 1.0)
         finally:
             self.cache.stats.timed(t0)
 
-    def _solve(self, inp: AllocationInput, throughputs: FloatArray) -> FloatArray:
-        m, n = inp.shape
-        even = inp.even_split()
-        t_even = (throughputs * even).sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scale = np.where(t_even > 0, inp.gpus / (inp.weights * t_even), 0.0)
-        coeff = throughputs * scale[:, None]
-        size = bucket(m, BUCKET_BITS)
-        lp = self.cache.get((size, n))
-        pad = size - m
-        top = float(coeff.max()) if coeff.size else 1.0
-        lp.coeff.value = np.vstack([coeff, np.full((pad, n), max(top, 1e-12))])
-        lp.sf.value = np.vstack([np.repeat(inp.gpus[:, None], n, axis=1), np.zeros((pad, n))])
-        lp.capacity.value = inp.capacity
-        x, _ = solve_first(lp.problem, lp.x, self.solvers)
-        if x is None:
-            self.cache.stats.fallbacks += 1
-            return even
-        return np.clip(x[:m], 0.0, 1.0)
+
+def max_min_fairness(lp: MaxMinLp, inp: AllocationInput, throughputs: FloatArray
+                     ) -> FloatArray:
+    """Gavel's normalised max-min allocation; the even split if no solver succeeds."""
+    even = inp.even_split()
+    t_even = (throughputs * even).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(t_even > 0, inp.gpus / (inp.weights * t_even), 0.0)
+    x = lp.solve(throughputs * scale[:, None], inp.gpus, inp.capacity)
+    return even if x is None else x
 
 
 class MaxMinFairnessPerf(RoundPolicy):
@@ -103,10 +115,10 @@ class MaxMinFairnessPerf(RoundPolicy):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lp = MaxMinFairnessSolver()
+        self.lp = MaxMinLp()
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
-        return self.lp.solve(inp, inp.throughputs)
+        return max_min_fairness(self.lp, inp, inp.throughputs)
 
 
 class MaxMinFairness(MaxMinFairnessPerf):
@@ -115,4 +127,4 @@ class MaxMinFairness(MaxMinFairnessPerf):
     aware = False
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
-        return self.lp.solve(inp, np.ones(inp.shape))
+        return max_min_fairness(self.lp, inp, np.ones(inp.shape))

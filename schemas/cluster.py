@@ -21,6 +21,7 @@ class NodeSpec(BaseModel):
     gpu_type: str = DEFAULT_GPU_TYPE
     cpus: int = Field(default=0, ge=0)
     mem_gb: float = Field(default=0.0, ge=0)
+    gpu_price_per_hour: float | None = Field(default=None, ge=0)  # $ per GPU, for cost policies
 
 
 class ClusterSpec(BaseModel):

@@ -19,6 +19,8 @@ class StatusCode(enum.StrEnum):
     WAITING_BY_POLICY = "waiting_by_policy"
     REJECTED_TOO_LARGE = "rejected_too_large"
     REJECTED_INVALID = "rejected_invalid"
+    # Rejected: the policy cannot schedule this kind of job (see reason).
+    REJECTED_BY_POLICY = "rejected_by_policy"
     FINISHED = "finished"
     FAILED = "failed"
 

@@ -182,6 +182,9 @@ class SchedulerCore(CoreDefaults):
         if spec.gpu_type is not None and spec.gpu_type not in self._types:
             reason = f"GPU type {spec.gpu_type!r} not in cluster ({', '.join(sorted(self._types))})"
             return self._reject(job_id, spec, StatusCode.REJECTED_TOO_LARGE, reason, now)
+        refusal = self.policy.admit(spec)
+        if refusal is not None:
+            return self._reject(job_id, spec, StatusCode.REJECTED_BY_POLICY, refusal, now)
         rec = JobRecord(spec=spec, admitted=len(self.jobs), accounted_at=now)
         self.jobs[job_id] = rec
         effects: list[Effect] = [

@@ -10,12 +10,17 @@ import pytest
 from policies.allocation import AllocationInput
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairnessPerf, FinishTimeFairnessSolver
-from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf, MaxMinFairnessSolver
+from policies.allox import AlloX
+from policies.min_cost import MinCost, MinCostSlo
+from policies.min_makespan import MinMakespan
+from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf, MaxMinLp, max_min_fairness
 
 
 def inp(rates: list[list[float]], capacity: list[float], *, gpus: list[float] | None = None,
         weights: list[float] | None = None, remaining: list[float] | None = None,
-        age: list[float] | None = None, types: tuple[str, ...] | None = None) -> AllocationInput:
+        age: list[float] | None = None, types: tuple[str, ...] | None = None,
+        prices: list[float] | None = None, deadlines: list[float] | None = None,
+        now: float = 0.0) -> AllocationInput:
     m, n = len(rates), len(capacity)
     return AllocationInput(
         job_ids=tuple(str(i) for i in range(m)),
@@ -26,6 +31,9 @@ def inp(rates: list[list[float]], capacity: list[float], *, gpus: list[float] | 
         remaining=np.array(remaining or [1000.0] * m),
         age_s=np.array(age or [0.0] * m),
         capacity=np.array(capacity, dtype=float),
+        prices=np.array(prices or [1.0] * n),
+        deadline_s=np.array(deadlines or [np.inf] * m),
+        now=now,
     )
 
 
@@ -51,7 +59,7 @@ def feasible(a: AllocationInput, x: np.ndarray) -> None:
 )
 def test_max_min_fairness_unique_optima(case: str, data: AllocationInput,
                                         expected: list[list[float]]) -> None:
-    x = MaxMinFairnessSolver().solve(data, data.throughputs)
+    x = max_min_fairness(MaxMinLp(), data, data.throughputs)
     feasible(data, x)
     np.testing.assert_allclose(x, expected, atol=1e-4, err_msg=case)
 
@@ -62,7 +70,7 @@ def test_max_min_fairness_perf_reaches_the_hand_optimum_on_two_types() -> None:
     # (0.5, 1.5) and (1, 1). Job 1 can reach at most 1 (its row sums to 1), so the optimum is
     # 1: job 1 runs all the time, job 0 gets at least its even-split throughput.
     data = inp([[1.0, 3.0], [1.0, 1.0]], [1, 1], types=("k80", "v100"))
-    x = MaxMinFairnessSolver().solve(data, data.throughputs)
+    x = max_min_fairness(MaxMinLp(), data, data.throughputs)
     feasible(data, x)
     normalised = (data.throughputs * x).sum(axis=1) / np.array([2.0, 1.0])
     assert normalised.min() == pytest.approx(1.0, abs=1e-4)
@@ -72,14 +80,14 @@ def test_max_min_fairness_perf_reaches_the_hand_optimum_on_two_types() -> None:
 def test_max_min_padding_rows_never_bind() -> None:
     # 17 jobs compile a size-18 problem: the padding row must change nothing.
     data = inp([[1.0]] * 17, [4])
-    x = MaxMinFairnessSolver().solve(data, data.throughputs)
+    x = max_min_fairness(MaxMinLp(), data, data.throughputs)
     np.testing.assert_allclose(x[:, 0], np.full(17, 4 / 17), atol=1e-4)
 
 
 def test_max_min_recompiles_only_for_a_new_size_bucket() -> None:
-    solver = MaxMinFairnessSolver()
-    for m in (21, 22, 21, 22):  # all in bucket 22 (4 significant bits)
-        solver.solve(inp([[1.0]] * m, [8]), np.ones((m, 1)))
+    solver = MaxMinLp()
+    for m in (17, 20, 31, 32):  # all in the power-of-two bucket 32
+        max_min_fairness(solver, inp([[1.0]] * m, [8]), np.ones((m, 1)))
     assert solver.cache.stats.compiles == 1
     assert solver.cache.stats.cache_hits == 3
 
@@ -117,7 +125,7 @@ def test_ftf_accumulates_isolated_time_between_allocations() -> None:
 def test_agnostic_variants_ignore_the_type_profile() -> None:
     data = inp([[1.0, 10.0], [2.0, 2.0]], [1, 1], types=("k80", "v100"))
     np.testing.assert_allclose(MaxMinFairness().allocate(data),
-                               MaxMinFairnessSolver().solve(data, np.ones(data.shape)))
+                               max_min_fairness(MaxMinLp(), data, np.ones(data.shape)))
     perf = FinishTimeFairnessPerf()
     assert perf.allocate(data).shape == (2, 2)
 
@@ -144,3 +152,70 @@ def test_max_min_fairness_perf_registered_with_rounds() -> None:
     p = MaxMinFairnessPerf()
     assert p.replan == "round" and p.aware
     assert not MaxMinFairness().aware
+
+
+# -- min makespan, cost, AlloX ------------------------------------------------------------------
+def test_min_makespan_balances_finish_times() -> None:
+    # One GPU; jobs of 300 and 100 iterations at 1 it/s: both done at 400 s at best, which
+    # needs shares proportional to the work: 3/4 and 1/4.
+    data = inp([[1.0], [1.0]], [1], remaining=[300, 100])
+    x = MinMakespan().allocate(data)
+    np.testing.assert_allclose(x[:, 0], [0.75, 0.25], atol=1e-4)
+
+
+def test_min_makespan_uses_the_fast_type_for_the_long_job() -> None:
+    # k80 and v100, one GPU each; job 0 (long) is 4x faster on v100, job 1 (short) equal:
+    # the optimum gives job 0 the v100 the whole time.
+    data = inp([[1.0, 4.0], [1.0, 1.0]], [1, 1], remaining=[4000, 900], types=("k80", "v100"))
+    x = MinMakespan().allocate(data)
+    feasible(data, x)
+    finish = data.remaining / (data.throughputs * x).sum(axis=1)
+    assert finish.max() == pytest.approx(1000.0, rel=1e-3)  # job 0: 4000 it at 4 it/s
+
+
+def test_min_cost_prefers_throughput_per_dollar() -> None:
+    # k80 at $1 gives 1 it/s, v100 at $4 gives 2 it/s: per dollar the k80 wins, so with one
+    # job it runs on the k80 only.
+    data = inp([[1.0, 2.0]], [1, 1], types=("k80", "v100"), prices=[1.0, 4.0])
+    x = MinCost().allocate(data)
+    np.testing.assert_allclose(x, [[1.0, 0.0]], atol=1e-6)
+
+
+def test_min_cost_slo_buys_the_speed_a_deadline_needs() -> None:
+    # The same job must do 1500 iterations in 1000 s: 1.5 it/s, only possible with v100
+    # time: x_k80 + 2 x_v100 ≥ 1.5 with x_k80 + x_v100 ≤ 1 → cheapest x_v100 = 0.5.
+    data = inp([[1.0, 2.0]], [1, 1], types=("k80", "v100"), prices=[1.0, 4.0],
+               remaining=[1500], deadlines=[1000.0])
+    x = MinCostSlo().allocate(data)
+    np.testing.assert_allclose(x, [[0.5, 0.5]], atol=1e-5)
+
+
+def test_min_cost_slo_drops_unmeetable_slos() -> None:
+    data = inp([[1.0, 2.0]], [1, 1], types=("k80", "v100"), prices=[1.0, 4.0],
+               remaining=[10_000], deadlines=[100.0])
+    policy = MinCostSlo()
+    x = policy.allocate(data)
+    assert policy.slo_dropped == 1
+    np.testing.assert_allclose(x, [[1.0, 0.0]], atol=1e-6)
+
+
+def test_allox_runs_the_shortest_job_first() -> None:
+    # One GPU, three jobs: shortest processing time first minimises the total completion time.
+    data = inp([[1.0], [1.0], [1.0]], [1], remaining=[4000, 1000, 3000])
+    x = AlloX().allocate(data)
+    np.testing.assert_array_equal(x[:, 0], [0, 1, 0])
+
+
+def test_allox_sends_each_job_where_it_gains() -> None:
+    # Job 0 is 10x faster on the v100, job 1 barely cares: job 0 gets the v100.
+    data = inp([[1.0, 10.0], [1.0, 1.1]], [1, 1], types=("k80", "v100"),
+               remaining=[1000, 1000])
+    x = AlloX().allocate(data)
+    np.testing.assert_array_equal(x, [[0, 1], [1, 0]])
+
+
+def test_allox_rejects_multi_gpu_jobs_at_admission() -> None:
+    from tests.builders import make_job
+
+    assert AlloX().admit(make_job("a").gpus(2).build()) is not None
+    assert AlloX().admit(make_job("b").build()) is None

@@ -120,3 +120,12 @@ def test_same_seed_same_decisions() -> None:
         b = simulate(jobs, name, cl, seed=7).summary
         assert a["decision_digest"] == b["decision_digest"]
         assert name in policies.REGISTRY
+
+
+def test_policy_refusal_rejects_the_job_with_its_reason() -> None:
+    cl = ClusterSpec.heterogeneous({"v100": 4, "k80": 4}, 4)
+    jobs = [make_job("one").rates(v100=2.0, k80=1.0).iterations(1000).build(),
+            make_job("two").gpus(2).rates(v100=2.0, k80=1.0).iterations(1000).build()]
+    result = simulate(jobs, "allox", cl)
+    assert result.summary["rejected"] == 1
+    assert result.summary["finished"] == 1
