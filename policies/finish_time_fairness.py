@@ -102,7 +102,8 @@ class FinishTimeFairnessSolver:
         for i, jid in enumerate(inp.job_ids):
             h = self.history.setdefault(jid, _History())
             if h.remaining is not None and h.t_iso > 0:
-                h.iso_s += (h.remaining - inp.remaining[i]) / h.t_iso
+                # max: a progress report that lowers the count must not make time negative
+                h.iso_s += max(h.remaining - inp.remaining[i], 0.0) / h.t_iso
             h.remaining, h.t_iso = float(inp.remaining[i]), float(t_iso[i])
             iso_total[i] = h.iso_s + inp.remaining[i] / t_iso[i] if t_iso[i] > 0 else np.inf
         usable = np.all(np.isfinite(iso_total)) and np.all(inp.remaining > 0)

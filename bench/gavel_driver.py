@@ -1,0 +1,46 @@
+"""Time Gavel's own simulator on a trace, imports excluded (run with Gavel's Python).
+
+    python bench/gavel_driver.py GAVEL_SCHEDULER_DIR TRACE POLICY CLUSTER GPUS_PER_SERVER
+
+Imports Gavel's modules first, then times `Scheduler.simulate` plus reading the trace, so the
+figure compares with Loom's `run_simulation` time. Prints one JSON line: wall_s, avg_jct_s
+(over the jobs Gavel completed, as Gavel prints it), completed and failed job counts.
+Nothing of Gavel's is changed; its gRPC stub modules must be importable (PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    gavel, trace, policy, cluster, per_server = sys.argv[1:6]
+    sys.path.insert(0, gavel)
+    os.chdir(gavel)
+    import scheduler  # type: ignore[import-not-found]
+    import utils  # type: ignore[import-not-found]
+
+    counts = dict(zip(("v100", "p100", "k80"), map(int, cluster.split(":")), strict=True))
+    sizes = dict(zip(("v100", "p100", "k80"), map(int, per_server.split(":")), strict=True))
+    t0 = time.perf_counter()
+    jobs, arrivals = utils.parse_trace(trace)
+    sched = scheduler.Scheduler(utils.get_policy(policy, solver="ECOS", seed=0),
+                                throughputs_file="simulation_throughputs.json", simulate=True,
+                                seed=0, time_per_iteration=360)
+    with contextlib.redirect_stdout(io.StringIO()):
+        sched.simulate(counts, arrivals, jobs, num_gpus_per_server=sizes)
+    wall = time.perf_counter() - t0
+    done = [v for v in sched._job_completion_times.values() if v is not None]
+    print(json.dumps({"wall_s": wall, "avg_jct_s": sum(done) / len(done),
+                      "completed": len(done),
+                      "failed": len(sched._job_completion_times) - len(done)}))
+    os._exit(0)  # Gavel's scheduler leaves non-daemon threads behind
+
+
+if __name__ == "__main__":
+    main()
