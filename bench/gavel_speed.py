@@ -30,6 +30,7 @@ GAVEL_NAME = {"fifo-random": "fifo", "fifo-perf": "fifo_perf",
               "finish-time-fairness": "finish_time_fairness",
               "finish-time-fairness-perf": "finish_time_fairness_perf",
               "min-makespan": "min_total_duration_perf", "allox": "allox",
+              "max-min-fairness-packed": "max_min_fairness_packed", "gandiva": "gandiva",
               "min-cost": "max_sum_throughput_normalized_by_cost_perf"}
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 import policies
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
+from schemas.throughputs import ThroughputTable
 from services.injector.core import InjectorCore
 from services.metrics.core import JobOutcome, MetricsCore
 from services.nodeagent.overhead import parse_overhead
@@ -41,6 +42,7 @@ class SimConfig:
     bus: BusKind = "memory"
     nats_url: str | None = None
     seed: int = 0
+    profile: ThroughputTable | None = None  # per-type and co-located throughputs, if known
 
 
 @dataclass
@@ -55,11 +57,12 @@ ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     t0 = time.perf_counter()
     policy = policies.make(cfg.policy)
-    policy.configure(seed=cfg.seed, round_s=cfg.round_s or 360.0)
+    policy.configure(seed=cfg.seed, round_s=cfg.round_s or 360.0, profile=cfg.profile)
     overhead = parse_overhead(cfg.overhead)
     replan = "round" if cfg.round_s is not None else policy.replan
     sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0, overhead=overhead,
-                                placement=cfg.placement)  # type: ignore[arg-type]
+                                placement=cfg.placement,  # type: ignore[arg-type]
+                                profile=cfg.profile)
 
     kernel = SimKernel()
     clock = VirtualClock(kernel)
@@ -67,7 +70,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
     metrics = MetricsCore(cfg.cluster.total_gpus)
     scheduler = SchedulerCore(cfg.cluster, policy, sched_cfg)
     cores: list[Core] = [metrics, scheduler, PlacerCore(cfg.cluster)]
-    cores += [SimNodeCore(node, overhead) for node in cfg.cluster.nodes]
+    cores += [SimNodeCore(node, overhead, cfg.profile) for node in cfg.cluster.nodes]
     injector = InjectorCore(cfg.jobs)
     cores.append(injector)  # last: everything it feeds is subscribed by then
     shells = [Shell(core, bus, clock, run_id=f"sim{cfg.seed}") for core in cores]

@@ -10,8 +10,10 @@ from policies.base import Policy
 from policies.fifo import Fifo
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
+from policies.gandiva import Gandiva
 from policies.gittins import TiresiasGittins
 from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
+from policies.max_min_fairness_packed import MaxMinFairnessPacked
 from policies.min_cost import MinCost, MinCostSlo
 from policies.min_makespan import MinMakespan
 from policies.mlfq import Las, Tiresias
@@ -27,6 +29,7 @@ REGISTRY: dict[str, type[Policy]] = {
         # Gavel's heterogeneity-aware policies and their agnostic baselines (round-based)
         MaxMinFairness, MaxMinFairnessPerf, FinishTimeFairness, FinishTimeFairnessPerf,
         FifoRandom, FifoPerf, MinMakespan, MinCost, MinCostSlo, AlloX,
+        MaxMinFairnessPacked, Gandiva,
     )
 }
 

@@ -9,12 +9,14 @@ on every type.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from policies.base import Snapshot
+from policies.base import JobView, Snapshot
 from policies.lp import FloatArray
 from schemas.cluster import ClusterSpec
+from schemas.throughputs import ThroughputTable
 
 # Gavel visits worker types fastest first; other types follow in name order.
 _GAVEL_ORDER = ("v100", "p100", "k80")
@@ -100,3 +102,47 @@ class AllocationInput:
         x: FloatArray = np.tile(self.capacity / m, (m, 1)) / self.gpus[:, None]
         out: FloatArray = x / np.maximum(x.sum(axis=1), 1.0)[:, None]
         return out
+
+
+def job_rate(job: JobView, gpu_type: str) -> float:
+    """Iterations/s of a job alone on `gpu_type` (its trace speed if it has no profile)."""
+    rates = job.spec.throughputs
+    own = 1.0 / job.spec.iteration_time_s
+    return own if rates is None else rates.get(gpu_type, own)
+
+
+def pair_rates(profile: ThroughputTable | None, a: JobView, b: JobView, gpu_type: str
+               ) -> tuple[float, float] | None:
+    """Iterations/s of a and b sharing GPUs of `gpu_type`, if the profile knows the pair."""
+    if profile is None or a.gpus != b.gpus or a.spec.job_type is None or b.spec.job_type is None:
+        return None
+    return profile.pair(gpu_type, (a.spec.job_type, a.gpus), (b.spec.job_type, b.gpus))
+
+
+@dataclass(frozen=True)
+class PairTable:
+    """Candidate pairs for space sharing: jobs of the same GPU count whose co-located
+    throughputs are profiled (Gavel pairs only equal scale factors)."""
+
+    combos: list[tuple[str, str]]
+    members: np.ndarray[Any, np.dtype[np.int64]]  # (p, 2) row of each member in the input
+    throughputs: FloatArray  # (p, n, 2) iterations/s of each member, per GPU type
+
+    @classmethod
+    def build(cls, snap: Snapshot, inp: AllocationInput, profile: ThroughputTable | None
+              ) -> PairTable:
+        combos: list[tuple[str, str]] = []
+        members: list[tuple[int, int]] = []
+        rates: list[list[tuple[float, float]]] = []
+        jobs = [snap.jobs[j] for j in inp.job_ids]
+        for i, a in enumerate(jobs):
+            for k in range(i + 1, len(jobs)):
+                b = jobs[k]
+                row = [pair_rates(profile, a, b, t) or (0.0, 0.0) for t in inp.types]
+                if any(x > 0 and y > 0 for x, y in row):
+                    combos.append((a.job_id, b.job_id))
+                    members.append((i, k))
+                    rates.append(row)
+        n = len(inp.types)
+        return cls(combos, np.array(members, dtype=np.int64).reshape(-1, 2),
+                   np.array(rates, dtype=np.float64).reshape(-1, n, 2))

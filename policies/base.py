@@ -21,6 +21,7 @@ from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import Status, StatusCode
+from schemas.throughputs import ThroughputTable
 
 Replan = Literal["event", "round"]
 
@@ -102,8 +103,9 @@ class Policy(abc.ABC):
     placement: ClassVar[Literal["consolidated", "count", "yarn"]] = "consolidated"
     replan: ClassVar[Replan] = "event"
 
-    def configure(self, *, seed: int, round_s: float) -> None:  # noqa: B027 - optional hook
-        """The run's seed and round length, for policies with randomness or rounds."""
+    def configure(self, *, seed: int, round_s: float,  # noqa: B027 - optional hook
+                  profile: ThroughputTable | None = None) -> None:
+        """The run's seed, round length and throughput profile, for policies that use them."""
 
     def admit(self, spec: JobSpec) -> str | None:
         """Why this policy can never run the job (it is then rejected), or None."""

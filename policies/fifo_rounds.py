@@ -18,6 +18,7 @@ import numpy as np
 from policies.allocation import AllocationInput
 from policies.lp import FloatArray
 from policies.rounds import RoundPolicy
+from schemas.throughputs import ThroughputTable
 
 
 class FifoPerf(RoundPolicy):
@@ -32,8 +33,9 @@ class FifoPerf(RoundPolicy):
         self._rng = random.Random(0)
         self._assigned: dict[str, str] = {}
 
-    def configure(self, *, seed: int, round_s: float) -> None:
-        super().configure(seed=seed, round_s=round_s)
+    def configure(self, *, seed: int, round_s: float,
+                  profile: ThroughputTable | None = None) -> None:
+        super().configure(seed=seed, round_s=round_s, profile=profile)
         self._rng = random.Random(seed)
 
     def allocate(self, inp: AllocationInput) -> FloatArray:

@@ -19,6 +19,12 @@ round, as Gavel's `scheduler.py` does (algorithms.md §3a):
 Time credit: every job that ran in the previous round is credited the time since that round
 began on the type it ran on (Gavel credits the round's length; a job that finished early has
 left anyway).
+
+Space sharing (`packing` policies): allocations, priorities and received time are kept per
+combination, a job alone or a pair of jobs with the same GPU count sharing GPUs. Pairs are
+formed at each allocation from the active jobs whose co-located throughputs the profile knows;
+a new pair starts with no time received (Gavel's bookkeeping). Both jobs of a scheduled pair
+get the same GPUs and run at their profiled co-located rates.
 """
 
 from __future__ import annotations
@@ -29,13 +35,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policies.allocation import AllocationInput, gpu_type_order
+from policies.allocation import AllocationInput, PairTable, gpu_type_order, job_rate, pair_rates
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot
 from policies.lp import FloatArray
 from schemas.status import Status, StatusCode
+from schemas.throughputs import ThroughputTable
 
 NEVER_RAN = 1e9  # Gavel's priority multiplier for a job that has not run since the reset
 RESET_INTERVAL_S = 1920.0  # Gavel's minimum_time_between_allocation_resets
+
+Combo = tuple[str, ...]  # one job, or two jobs sharing GPUs (in admission order)
 
 
 @dataclass(slots=True)
@@ -48,12 +57,12 @@ class _Ledger:
 
 @dataclass(slots=True)
 class RoundState:
-    allocation: dict[str, dict[str, float]] = field(default_factory=dict)
-    ledgers: dict[str, _Ledger] = field(default_factory=dict)
+    allocation: dict[Combo, dict[str, float]] = field(default_factory=dict)
+    ledgers: dict[Combo, _Ledger] = field(default_factory=dict)
     type_time: dict[str, float] = field(default_factory=dict)  # Σ received, per type
     last_reset: float = 0.0
     stale: bool = False  # jobs arrived or left since the allocation was computed
-    ran_on: dict[str, str] = field(default_factory=dict)  # last round: job → GPU type
+    ran_on: dict[Combo, str] = field(default_factory=dict)  # last round: combination → type
     last_round: float | None = None
     recomputed: int = 0
 
@@ -65,6 +74,7 @@ class RoundPolicy(Policy):
     replan = "round"
     aware: bool = True  # False: GPU types are visited in a seeded random order each round
     skip_unallocated: bool = False  # FIFO: a job with priority 0 does not run at all
+    packing: bool = False  # allocate to pairs of jobs sharing GPUs too (needs a profile)
 
     def __init__(self, *, seed: int = 0, round_s: float = 360.0,
                  reset_interval_s: float = RESET_INTERVAL_S) -> None:
@@ -73,31 +83,39 @@ class RoundPolicy(Policy):
         self.state = RoundState()
         self._shuffle = random.Random(seed + 5)  # Gavel's worker-type shuffler seed
         self._position: dict[str, int] = {}
+        self.profile: ThroughputTable | None = None
 
-    def configure(self, *, seed: int, round_s: float) -> None:
+    def configure(self, *, seed: int, round_s: float,
+                  profile: ThroughputTable | None = None) -> None:
         self.round_s = round_s
         self._shuffle = random.Random(seed + 5)
+        self.profile = profile
 
     @abc.abstractmethod
     def allocate(self, inp: AllocationInput) -> FloatArray:
         """X: rows are `inp.job_ids`, columns `inp.types`; rows sum to ≤ 1."""
 
+    def allocate_packed(self, inp: AllocationInput, pairs: PairTable) -> FloatArray:
+        """X for packing policies: rows are `inp.job_ids`, then `pairs.combos`."""
+        raise NotImplementedError(f"{self.name} does not pack jobs")
+
     # -- hooks -------------------------------------------------------------------------------
     def job_added(self, job: JobView) -> None:
         st = self.state
-        st.ledgers[job.job_id] = _Ledger({}, {})
+        st.ledgers[(job.job_id,)] = _Ledger({}, {})
         st.stale = True
 
     def job_removed(self, job_id: str) -> None:
         st = self.state
-        st.ledgers.pop(job_id, None)
-        st.allocation.pop(job_id, None)
-        st.ran_on.pop(job_id, None)
+        for combo in [c for c in st.ledgers if job_id in c]:
+            del st.ledgers[combo]
+            st.allocation.pop(combo, None)
+            st.ran_on.pop(combo, None)
         self._position.pop(job_id, None)
         st.stale = True
 
     def waiting_status(self, job_id: str) -> Status:
-        alloc = self.state.allocation.get(job_id)
+        alloc = self.state.allocation.get((job_id,))
         if alloc is not None and not any(alloc.values()) and self.skip_unallocated:
             reason = "not yet allocated GPUs (queued behind earlier jobs)"
         else:
@@ -110,7 +128,7 @@ class RoundPolicy(Policy):
         st = self.state
         types = gpu_type_order(snap.cluster)
         for jid in snap.jobs:  # adopt jobs not announced through job_added
-            if jid not in st.ledgers:
+            if (jid,) not in st.ledgers:
                 self.job_added(snap.jobs[jid])
         half = self.round_s / 2.0
         for ledger in st.ledgers.values():
@@ -126,14 +144,17 @@ class RoundPolicy(Policy):
             self._shuffle.shuffle(order)
         chosen = self._select(snap, order)
         plan = Plan()
-        for jid, t in sorted(chosen.items(), key=lambda kv: -snap.jobs[kv[0]].gpus):
-            slots = fit.try_place(jid, snap.jobs[jid].gpus, t)
+        for combo, t in sorted(chosen.items(), key=lambda kv: -snap.jobs[kv[0][0]].gpus):
+            slots = fit.try_place(combo[0], snap.jobs[combo[0]].gpus, t)
             if slots is None:  # cannot happen: the selection counted GPUs per type
-                raise RuntimeError(f"round placement failed for {jid} on {t}")
-            plan.run[jid] = slots
+                raise RuntimeError(f"round placement failed for {combo} on {t}")
+            for jid in combo:
+                plan.run[jid] = slots
+                if len(combo) > 1:
+                    plan.groups[jid] = tuple(sorted(combo))
         st.ran_on = dict(chosen)
         st.last_round = snap.now
-        waiting = [jid for jid in snap.jobs if jid not in chosen]
+        waiting = [jid for jid in snap.jobs if jid not in plan.run]
         self._position = {jid: i for i, jid in enumerate(waiting, start=1)}
         plan.free_gpus = fit.free_gpus
         return plan
@@ -143,8 +164,8 @@ class RoundPolicy(Policy):
         if st.last_round is None:
             return
         elapsed = now - st.last_round
-        for jid, t in st.ran_on.items():
-            ledger = st.ledgers.get(jid)
+        for combo, t in st.ran_on.items():
+            ledger = st.ledgers.get(combo)
             if ledger is not None:
                 ledger.received[t] = ledger.received.get(t, 0.0) + elapsed
                 st.type_time[t] = st.type_time.get(t, 0.0) + elapsed
@@ -153,8 +174,8 @@ class RoundPolicy(Policy):
         st = self.state
         half = self.round_s / 2.0
         since = snap.now - st.last_reset
-        for jid, ledger in st.ledgers.items():
-            alloc = st.allocation.get(jid)
+        for combo, ledger in st.ledgers.items():
+            alloc = st.allocation.get(combo)
             for t in types:
                 should = alloc[t] * since if alloc is not None else 0.0
                 ledger.deficit[t] += should - (ledger.received[t] - half)
@@ -162,56 +183,67 @@ class RoundPolicy(Policy):
         st.type_time = {t: half * len(st.ledgers) for t in types}
         st.last_reset = snap.now
         inp = AllocationInput.from_snapshot(snap, tuple(sorted(types)))
-        x = self.allocate(inp) if inp.job_ids else np.zeros((0, len(inp.types)))
+        combos: list[Combo] = [(jid,) for jid in inp.job_ids]
+        if not inp.job_ids:
+            x = np.zeros((0, len(inp.types)))
+        elif self.packing:
+            pairs = PairTable.build(snap, inp, self.profile)
+            for combo in pairs.combos:  # new pairs start with nothing received
+                st.ledgers.setdefault(combo, _Ledger(dict.fromkeys(types, 0.0),
+                                                     dict.fromkeys(types, 0.0)))
+            combos += pairs.combos
+            x = self.allocate_packed(inp, pairs)
+        else:
+            x = self.allocate(inp)
         x = np.clip(x, 0.0, 1.0)
-        st.allocation = {jid: {t: float(x[i, j]) for j, t in enumerate(inp.types)}
-                         for i, jid in enumerate(inp.job_ids)}
+        st.allocation = {c: {t: float(x[i, j]) for j, t in enumerate(inp.types)}
+                         for i, c in enumerate(combos)}
         st.stale = False
         st.recomputed += 1
 
-    def _select(self, snap: Snapshot, order: list[str]) -> dict[str, str]:
-        """Gavel's greedy pass over (job, type) entries in priority order."""
+    def _select(self, snap: Snapshot, order: list[str]) -> dict[Combo, str]:
+        """Gavel's greedy pass over (combination, type) entries in priority order."""
         st = self.state
         left = {t: n for t, n in snap.cluster.gpus_by_type.items()}
-        entries: list[tuple[str, str]] = []
+        entries: list[tuple[Combo, str]] = []
         for t in order:
-            keyed: list[tuple[float, float, float, int, str]] = []
-            for jid in st.ledgers:  # admission order: ties keep it, as Gavel's stable sort
-                job = snap.jobs.get(jid)
-                if job is None:
+            keyed: list[tuple[float, float, float, int, Combo]] = []
+            for combo, ledger in st.ledgers.items():  # insertion order breaks ties (Gavel)
+                if any(j not in snap.jobs for j in combo):
                     continue
-                alloc = st.allocation.get(jid, {}).get(t, 0.0)
-                prio = self._priority(job, t, alloc)
-                keyed.append((-prio, -st.ledgers[jid].deficit[t], -alloc, len(keyed), jid))
+                alloc = st.allocation.get(combo, {}).get(t, 0.0)
+                prio = self._priority(snap, combo, t, alloc)
+                keyed.append((-prio, -ledger.deficit[t], -alloc, len(keyed), combo))
             keyed.sort()
             entries += [(k[-1], t) for k in keyed]
-        chosen: dict[str, str] = {}
-        for jid, t in entries:
-            if left.get(t, 0) == 0 or jid in chosen:
+        chosen: dict[Combo, str] = {}
+        busy: set[str] = set()
+        for combo, t in entries:
+            if left.get(t, 0) == 0 or any(j in busy for j in combo):
                 continue
-            job = snap.jobs[jid]
-            if _rate(job, t) <= 0:
+            if not self._runnable(snap, combo, t):
                 continue
-            if self.skip_unallocated and st.allocation.get(jid, {}).get(t, 0.0) <= 0:
+            if self.skip_unallocated and st.allocation.get(combo, {}).get(t, 0.0) <= 0:
                 continue
-            if job.gpus > left[t]:
+            gpus = snap.jobs[combo[0]].gpus
+            if gpus > left[t]:
                 continue
-            left[t] -= job.gpus
-            chosen[jid] = t
+            left[t] -= gpus
+            chosen[combo] = t
+            busy.update(combo)
         return chosen
 
-    def _priority(self, job: JobView, t: str, alloc: float) -> float:
-        if alloc == 0.0 or _rate(job, t) <= 0:
+    def _runnable(self, snap: Snapshot, combo: Combo, t: str) -> bool:
+        if len(combo) == 1:
+            return job_rate(snap.jobs[combo[0]], t) > 0
+        rates = pair_rates(self.profile, snap.jobs[combo[0]], snap.jobs[combo[1]], t)
+        return rates is not None and rates[0] > 0 and rates[1] > 0
+
+    def _priority(self, snap: Snapshot, combo: Combo, t: str, alloc: float) -> float:
+        if alloc == 0.0 or not self._runnable(snap, combo, t):
             return 0.0
         total = self.state.type_time.get(t, 0.0)
-        got = self.state.ledgers[job.job_id].received[t]
+        got = self.state.ledgers[combo].received[t]
         if total == 0.0 or got == 0.0:
             return alloc * NEVER_RAN
         return alloc / (got / total)
-
-
-def _rate(job: JobView, gpu_type: str) -> float:
-    rates = job.spec.throughputs
-    if rates is None:
-        return 1.0 / job.spec.iteration_time_s
-    return rates.get(gpu_type, 1.0 / job.spec.iteration_time_s)

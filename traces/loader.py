@@ -19,7 +19,9 @@ class Trace:
 
     `jobs` are sorted by submission time, ties kept in file order. `default_overhead` names
     the preemption/restart overhead model of the system the trace comes from ("muri", "none",
-    "elasticflow", "flat:30"), for simulators that want to reproduce it.
+    "elasticflow", "flat:30"), for simulators that want to reproduce it. `profile` is the
+    throughput table the job speeds came from (Gavel traces), which also gives co-located
+    speeds for space sharing.
     """
 
     name: str
@@ -27,6 +29,7 @@ class Trace:
     format: str
     jobs: tuple[JobSpec, ...]
     default_overhead: str
+    profile: ThroughputTable | None = None
 
 
 def load_trace(name_or_path: str | Path, *, throughputs: ThroughputTable | None = None) -> Trace:
@@ -45,6 +48,7 @@ def load_trace(name_or_path: str | Path, *, throughputs: ThroughputTable | None 
         parsed = gavel.read(path, layout, profile)
         fmt_name, overhead = layout.name, layout.default_overhead
     else:
+        profile = None
         csv_table = read_table(path)
         fmt = detect(csv_table)
         parsed = fmt.read(csv_table)
@@ -57,6 +61,7 @@ def load_trace(name_or_path: str | Path, *, throughputs: ThroughputTable | None 
         format=fmt_name,
         jobs=tuple(job for _, job in parsed),
         default_overhead=overhead,
+        profile=profile,
     )
 
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
+from schemas.throughputs import JobKey, ThroughputTable
+
+__all__ = ["DEFAULT_THROUGHPUTS", "JobKey", "ThroughputTable", "load_throughputs"]
 from traces.bundled import DATA_DIR
 from traces.errors import TraceError
-
-JobKey = tuple[str, int]  # (job type, GPUs)
 
 DEFAULT_THROUGHPUTS = DATA_DIR / "gavel" / "simulation_throughputs.json"
 _KEY = re.compile(r"^\('(.*)', (\d+)\)$")
@@ -37,45 +35,6 @@ def _rate(path: Path, where: str, value: object) -> float:
             or value < 0:
         raise TraceError(path, None, where, f"expected a finite rate >= 0, got {value!r}")
     return float(value)
-
-
-@dataclass(frozen=True)
-class ThroughputTable:
-    path: Path
-    isolated: Mapping[str, Mapping[JobKey, float]]  # GPU type → job → it/s alone
-    colocated: Mapping[str, Mapping[tuple[JobKey, JobKey], tuple[float, float]]]
-
-    @cached_property
-    def gpu_types(self) -> tuple[str, ...]:
-        return tuple(self.isolated)
-
-    def rates(self, job_type: str, gpus: int, gpu_types: tuple[str, ...]) -> dict[str, float]:
-        """Iterations/s of one job alone on each of `gpu_types` (KeyError if unprofiled)."""
-        key = (job_type, gpus)
-        out = {}
-        for t in gpu_types:
-            per_type = self.isolated.get(t)
-            if per_type is None:
-                raise KeyError(f"GPU type {t!r} is not in {self.path.name} "
-                               f"(it has {', '.join(self.gpu_types)})")
-            if key not in per_type:
-                raise KeyError(f"job type {job_type!r} at {gpus} GPUs is not profiled in "
-                               f"{self.path.name}")
-            out[t] = per_type[key]
-        return out
-
-    def pair(self, gpu_type: str, a: JobKey, b: JobKey) -> tuple[float, float] | None:
-        """Iterations/s of a and b sharing GPUs of `gpu_type`, or None if not profiled."""
-        return self.colocated.get(gpu_type, {}).get((a, b))
-
-    @cached_property
-    def job_types(self) -> tuple[str, ...]:
-        """Every profiled job type, in file order."""
-        seen: dict[str, None] = {}
-        for per_type in self.isolated.values():
-            for name, _ in per_type:
-                seen.setdefault(name, None)
-        return tuple(seen)
 
 
 def load_throughputs(path: str | Path | None = None) -> ThroughputTable:

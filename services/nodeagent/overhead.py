@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas.job import JobSpec
+from schemas.throughputs import ThroughputTable
 from services.nodeagent.interleave import group_iteration_time
 
 # Muri run_sim.py: measured start overhead in seconds, by GPU count and model.
@@ -101,17 +102,36 @@ def advance(remaining: float, last: float, ready_at: float, now: float, iteratio
 
 
 def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel,
-              gpu_type: str | None = None) -> tuple[float, float]:
+              gpu_type: str | None = None, profile: ThroughputTable | None = None
+              ) -> tuple[float, float]:
     """(seconds per iteration, per-event charge) of a job, alone or sharing its GPUs.
 
-    Sharing: every member runs at the group's interleaved iteration time (Muri's model) and
-    an event costs each member the sum of the members' charges, as Muri's simulator does.
+    Sharing: a pair whose co-located throughputs are profiled (Gavel's space sharing) runs at
+    the profiled rate; otherwise every member runs at the group's interleaved iteration time
+    (Muri's model). An event costs each member the sum of the members' charges, as Muri's
+    simulator does.
     """
     if len(colocated) < 2:
         return model.iteration_time(spec, gpu_type), model.per_event(spec)
+    charge = sum(model.per_event(m) for m in colocated)
+    shared = _profiled_pair(spec, colocated, gpu_type, profile)
+    if shared is not None:
+        return (1.0 / shared if shared > 0 else math.inf), charge
     stages = []
     for member in colocated:
         if member.stage_times_s is None:
             raise ValueError(f"job {member.job_id} has no stage times; it cannot interleave")
         stages.append(member.stage_times_s)
-    return group_iteration_time(stages), sum(model.per_event(m) for m in colocated)
+    return group_iteration_time(stages), charge
+
+
+def _profiled_pair(spec: JobSpec, colocated: Sequence[JobSpec], gpu_type: str | None,
+                   profile: ThroughputTable | None) -> float | None:
+    """The job's iterations/s next to its partner, from the profile; None if not profiled."""
+    if profile is None or gpu_type is None or len(colocated) != 2:
+        return None
+    other = colocated[1] if colocated[0].job_id == spec.job_id else colocated[0]
+    if spec.job_type is None or other.job_type is None:
+        return None
+    rates = profile.pair(gpu_type, (spec.job_type, spec.gpus), (other.job_type, other.gpus))
+    return None if rates is None else rates[0]

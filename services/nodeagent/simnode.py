@@ -19,6 +19,7 @@ from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import CycleStarted, Envelope, JobFinished, Launch, NodeCommand, NodeStatus
 from schemas.job import JobSpec
+from schemas.throughputs import ThroughputTable
 from services.nodeagent.overhead import OverheadModel, advance, job_rates
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
@@ -47,8 +48,10 @@ class _Run:
 
 
 class SimNodeCore(CoreDefaults):
-    def __init__(self, node: NodeSpec, overhead: OverheadModel) -> None:
+    def __init__(self, node: NodeSpec, overhead: OverheadModel,
+                 profile: ThroughputTable | None = None) -> None:
         self.node = node
+        self.profile = profile  # co-located (space-shared) throughputs, if known
         self.name = f"nodeagent-{node.node_id}"
         self.overhead = overhead
         self.jobs: dict[str, _Run] = {}
@@ -97,8 +100,8 @@ class SimNodeCore(CoreDefaults):
         for launch, run in zip(cmd.launches, started, strict=True):
             if run.leader:
                 members = [self.jobs[j].spec for j in launch.colocated if j in self.jobs]
-                run.iteration_s, run.per_event_s = job_rates(run.spec, members, self.overhead,
-                                                             self.node.gpu_type)
+                run.iteration_s, run.per_event_s = job_rates(
+                    run.spec, members, self.overhead, self.node.gpu_type, self.profile)
                 effects.append(run.finish_timer(now))
         return effects
 

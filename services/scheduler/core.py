@@ -40,6 +40,7 @@ from schemas.events import (
 )
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
+from schemas.throughputs import ThroughputTable
 from services.nodeagent.overhead import OverheadModel, advance, job_rates, parse_overhead
 from services.placer.core import SCHEMES, CyclePlacement, Scheme, Topology
 from services.runtime.bus import decode_submit
@@ -64,6 +65,7 @@ class SchedulerConfig:
     round_s: float = 360.0
     overhead: OverheadModel = field(default_factory=lambda: parse_overhead("none"))
     placement: Scheme | None = None  # None: the policy's own scheme
+    profile: ThroughputTable | None = None  # co-located throughputs (Gavel's space sharing)
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round"):
@@ -324,7 +326,8 @@ class SchedulerCore(CoreDefaults):
             rec.ready_at = now + model.restart(rec.spec)
             members = [self.jobs[j].spec for j in group]
             gpu_type = self.topology.type_of.get(slots[0][0])
-            rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model, gpu_type)
+            rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model, gpu_type,
+                                                         self.config.profile)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done, colocated=group))
             transitions.append(self._transition(rec, JobState.RUNNING, cause, now))

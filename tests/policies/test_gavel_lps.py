@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from policies.allocation import AllocationInput
+from policies.allox import AlloX
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairnessPerf, FinishTimeFairnessSolver
-from policies.allox import AlloX
+from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf, MaxMinLp, max_min_fairness
 from policies.min_cost import MinCost, MinCostSlo
 from policies.min_makespan import MinMakespan
-from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf, MaxMinLp, max_min_fairness
 
 
 def inp(rates: list[list[float]], capacity: list[float], *, gpus: list[float] | None = None,
