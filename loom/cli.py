@@ -1,37 +1,45 @@
 """`loom`: the single command-line entry point.
 
-    loom sim      run one policy on a trace (memory bus, or NATS JetStream with --bus nats)
-    loom compare  run several policies on the same trace, in parallel, and print one table
-    loom policies list the registered policies
-    loom traces   list the bundled traces and clusters
+    loom sim        run one policy on a trace (memory bus, or NATS JetStream with --bus nats)
+    loom compare    run several policies on the same trace, in parallel, and print one table
+    loom sweep      avg JCT against input job rate, policies × rates × seeds (Gavel's method)
+    loom gen-trace  write a synthetic trace in Gavel's format, drawn as Gavel draws it
+    loom policies   list the registered policies
+    loom traces     list the bundled traces and clusters
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import nats.errors
 from rich.console import Console
 from rich.table import Table
 
 import policies
-from loom.plots import jct_cdf
-from loom.report import results_table, write_run
+from loom.plots import jct_cdf, jct_vs_load
+from loom.report import results_table, sweep_table, write_run
 from loom.runs import RunSpec, compare, run_one
 from loom.simulate import SimResult
+from loom.sweep import Sweep, curves, run_sweep, write_csv, write_json
 from services.nodeagent.overhead import parse_overhead
 from services.placer.core import SCHEMES
 from services.runtime.logging import configure
 from services.runtime.natsserver import NatsServerError
-from traces import TraceError, bundled_clusters, bundled_traces
+from traces import TraceError, bundled_clusters, bundled_traces, load_throughputs
+from traces.gavel_generator import DISTRIBUTIONS, generate_gavel_jobs, write_gavel_trace
 
 # Wide enough for the results table when piped to a file or CI log.
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one message, one line, even in a log
+
+_T = TypeVar("_T")
 
 
 def _overhead(text: str) -> str:
@@ -75,6 +83,18 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="warning", help="service log level (default warning)")
 
 
+def _add_gavel_job_options(p: argparse.ArgumentParser, distribution: str) -> None:
+    p.add_argument("--multi-gpu", action="store_true",
+                   help="draw multi-GPU jobs as Gavel's -m does (default: 1 GPU each)")
+    p.add_argument("--multi-priority", action="store_true",
+                   help="give 20%% of the jobs priority weight 5, as Gavel does")
+    p.add_argument("--distribution", choices=DISTRIBUTIONS, default=distribution,
+                   help="trace: Gavel's generate_trace.py; philly: the jobs Gavel's simulator "
+                        f"generates itself (default {distribution})")
+    p.add_argument("--throughputs", help="per-GPU-type throughput JSON "
+                                         "(default: Gavel's bundled simulation table)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loom", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,6 +111,46 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", type=Path, help="output directory (default runs/<trace>-compare)")
     cmp_.add_argument("--processes", type=int, default=0,
                       help="parallel processes (default: one per policy, up to the CPU count)")
+
+    sweep = sub.add_parser(
+        "sweep", help="avg JCT against input job rate on synthetic Gavel traces",
+        description="Policies × input job rates × seeds on traces drawn as Gavel draws them, "
+                    "in parallel; measures the average JCT of a window of job IDs (Gavel's "
+                    "steady-state method) and writes sweep.csv, sweep.json, jct_vs_load.png.")
+    sweep.add_argument("--policies", required=True, help="comma-separated, e.g. fifo-perf,"
+                                                         "max-min-fairness-perf")
+    sweep.add_argument("--rates", required=True,
+                       help="input job rates in jobs per hour, comma-separated (Poisson "
+                            "arrivals, mean gap 3600/rate s)")
+    sweep.add_argument("--seeds", default="0,1,2", help="comma-separated (default 0,1,2)")
+    sweep.add_argument("--cluster", required=True,
+                       help="GPU counts per type V100:P100:K80 (36:36:36), a bundled name or a "
+                            "cluster-spec file")
+    sweep.add_argument("--gpus-per-server", default="4",
+                       help="with GPU counts: GPUs per server, N or N:N:N per type (default 4)")
+    sweep.add_argument("--jobs", type=int, default=1000, help="jobs per trace (default 1000)")
+    sweep.add_argument("--window", help="START:END, the job IDs measured (0-based, END "
+                                        "excluded; default: the middle third of --jobs)")
+    _add_gavel_job_options(sweep, "philly")
+    sweep.add_argument("--round-s", type=_positive,
+                       help="re-plan every S seconds (default: the policy's own; 360 s rounds "
+                            "for Gavel's policies)")
+    sweep.add_argument("--processes", type=int, default=0,
+                       help="parallel processes (default: up to the CPU count)")
+    sweep.add_argument("--save-traces", action="store_true",
+                       help="keep each trace as OUT/traces/rate<R>-seed<S>.trace (Gavel format)")
+    sweep.add_argument("--out", type=Path, help="output directory (default runs/sweep-<cluster>)")
+    sweep.add_argument("--log-level", default="warning", help="service log level (default warning)")
+
+    gen = sub.add_parser("gen-trace", help="write a synthetic trace in Gavel's format")
+    gen.add_argument("generator", choices=("gavel",), help="gavel: traces.gavel_generator")
+    gen.add_argument("--jobs", type=int, required=True, help="number of jobs")
+    arrivals = gen.add_mutually_exclusive_group(required=True)
+    arrivals.add_argument("--lam", help="mean inter-arrival time in seconds (0: all at t=0)")
+    arrivals.add_argument("--rate", help="input job rate in jobs per hour (lam = 3600 / rate)")
+    gen.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    _add_gavel_job_options(gen, "trace")
+    gen.add_argument("--out", type=Path, required=True, help="trace file to write")
 
     sub.add_parser("policies", help="list registered policies")
     sub.add_parser("traces", help="list bundled traces and clusters")
@@ -153,6 +213,112 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if all(s["errors"] == 0 for s in summaries) else 1
 
 
+def _number(flag: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text.strip()!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{flag}: {text.strip()!r} is not a finite number")
+    return value
+
+
+def _rate(flag: str, text: str) -> float:
+    value = _number(flag, text)
+    if value <= 0:
+        raise ValueError(f"{flag}: {text.strip()!r} must be a positive number of jobs per hour")
+    return value
+
+
+def _integer(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text.strip()!r} is not an integer") from None
+
+
+def _items(flag: str, text: str, convert: Callable[[str, str], _T]) -> tuple[_T, ...]:
+    """A comma-separated option: every item converted, none empty, none twice."""
+    items = tuple(convert(flag, part) for part in text.split(","))  # "" fails to convert
+    if len(set(items)) != len(items):
+        raise ValueError(f"{flag} lists a value twice: {text}")
+    return items
+
+
+def _name(_: str, text: str) -> str:
+    if not text.strip():
+        raise ValueError("--policies has an empty name")
+    return text.strip()
+
+
+def _window(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise ValueError(f"--window: expected START:END job IDs, got {text!r}")
+    return _integer("--window", start), _integer("--window", end)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    if args.processes < 0:
+        raise ValueError(f"--processes must be 0 (one per CPU) or more, got {args.processes}")
+    sweep = Sweep(
+        policies=_items("--policies", args.policies, _name),
+        rates=_items("--rates", args.rates, _rate),
+        seeds=_items("--seeds", args.seeds, _integer),
+        cluster=args.cluster, jobs=args.jobs, window=_window(args.window),
+        gpus_per_server=args.gpus_per_server, throughputs=args.throughputs,
+        distribution=args.distribution, multi_gpu=args.multi_gpu,
+        multi_priority=args.multi_priority, round_s=args.round_s, log_level=args.log_level,
+    )
+    sweep.validate()
+    dest = args.out or Path("runs") / f"sweep-{_slug(Path(args.cluster).name).replace(':', '-')}"
+    rows = run_sweep(sweep, args.processes, dest / "traces" if args.save_traces else None)
+    dest.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, dest / "sweep.csv")
+    write_json(rows, sweep, args.argv, dest / "sweep.json")
+    start, end = sweep.job_window
+    seeds = ",".join(str(s) for s in sweep.seeds)
+    title = (f"{args.cluster}, {sweep.distribution} jobs: window {start}..{end - 1} of "
+             f"{sweep.jobs}, seed{'s' if len(sweep.seeds) > 1 else ''} {seeds}")
+    jct = curves(rows)
+    jct_vs_load({p: {r: [v for v in vs if v is not None] for r, vs in by_rate.items()}
+                 for p, by_rate in jct.items()}, dest / "jct_vs_load.png", title)
+    out.print(sweep_table(jct, title))
+    for r in rows:
+        if r.errors or r.window_unfinished:
+            err.print(f"[yellow]warning:[/yellow] {r.policy} at {r.rate_jobs_per_h:g} jobs/h, "
+                      f"seed {r.seed}: {r.window_unfinished} window jobs unfinished, "
+                      f"{r.errors} errors", highlight=False)
+    out.print(f"wrote {dest}/sweep.csv, sweep.json and jct_vs_load.png"
+              + (f", traces in {dest}/traces/" if args.save_traces else ""))
+    return 0 if all(not r.errors and not r.window_unfinished for r in rows) else 1
+
+
+def cmd_gen_trace(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.rate is not None:
+        lam = 3600.0 / _rate("--rate", args.rate)
+    else:
+        lam = _number("--lam", args.lam)
+        if lam < 0:
+            raise ValueError(f"--lam: {args.lam!r} must be 0 or more seconds")
+    try:
+        jobs = generate_gavel_jobs(
+            args.jobs, lam, args.seed, multi_gpu=args.multi_gpu,
+            multi_priority=args.multi_priority, distribution=args.distribution,
+            throughputs=load_throughputs(args.throughputs) if args.throughputs else None,
+        )
+    except KeyError as exc:  # a job type the profile lacks
+        raise ValueError(f"--throughputs: {exc.args[0]}") from None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_gavel_trace(jobs, args.out)
+    out.print(f"wrote {args.out}: {len(jobs)} jobs, mean gap {lam:g} s, Gavel's 10-field format")
+    return 0
+
+
 def cmd_policies(_: argparse.Namespace) -> int:
     table = Table(title="Registered policies", title_justify="left")
     for col in ("name", "re-plan", "placement", "description"):
@@ -174,12 +340,13 @@ def cmd_traces(_: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"sim": cmd_sim, "compare": cmd_compare, "policies": cmd_policies,
-            "traces": cmd_traces}
+COMMANDS = {"sim": cmd_sim, "compare": cmd_compare, "sweep": cmd_sweep,
+            "gen-trace": cmd_gen_trace, "policies": cmd_policies, "traces": cmd_traces}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded with sweep results
     configure(getattr(args, "log_level", "warning"))
     try:
         return COMMANDS[args.command](args)

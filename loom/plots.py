@@ -32,3 +32,33 @@ def jct_cdf(jcts: Mapping[str, Sequence[float]], path: Path, title: str) -> Path
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def jct_vs_load(curves: Mapping[str, Mapping[float, Sequence[float]]], path: Path,
+                title: str) -> Path:
+    """Average JCT (hours) against input job rate (jobs/hr), as Gavel's figures draw it: one
+    line per policy through the mean over seeds, a band from the lowest seed to the highest.
+
+    `curves` maps policy → rate → the seeds' average JCTs in seconds.
+    """
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for policy, by_rate in curves.items():
+        rates = sorted(r for r, values in by_rate.items() if values)
+        if not rates:
+            continue
+        hours = [[v / 3600 for v in by_rate[r]] for r in rates]
+        (line,) = ax.plot(rates, [sum(h) / len(h) for h in hours], marker="o", label=policy)
+        if any(len(h) > 1 for h in hours):
+            ax.fill_between(rates, [min(h) for h in hours], [max(h) for h in hours],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("input job rate (jobs/hr)")
+    ax.set_ylabel("average JCT (hours)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

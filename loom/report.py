@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from statistics import fmean
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from services.metrics.core import JobOutcome
 
@@ -64,3 +67,25 @@ def results_table(summaries: Sequence[dict[str, object]], title: str) -> Table:
     for s in summaries:
         table.add_row(*[_fmt(s.get(key), digits) for key, _, digits in show])
     return table
+
+
+def sweep_table(
+    curves: Mapping[str, Mapping[float, Sequence[float | None]]], title: str
+) -> Group:
+    """Rows = input job rates, columns = policies, cells = mean over seeds of the window's
+    average JCT in hours; "—" where some seed's window did not finish."""
+    table = Table()
+    table.add_column("jobs/h", justify="right")
+    for policy in curves:
+        table.add_column(policy, justify="right")
+    rates = list(dict.fromkeys(r for by_rate in curves.values() for r in by_rate))
+    for rate in rates:
+        cells = []
+        for by_rate in curves.values():
+            values = by_rate.get(rate, [])
+            known = [v for v in values if v is not None]
+            cells.append(f"{fmean(known) / 3600:,.2f}" if known and len(known) == len(values)
+                         else "—")
+        table.add_row(f"{rate:g}", *cells)
+    # The title on a line of its own: Rich would wrap a table title to this narrow table.
+    return Group(Text(f"{title} — avg JCT of the window (h), mean over seeds"), table)

@@ -6,12 +6,20 @@ import asyncio
 import multiprocessing as mp
 import os
 import queue
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 import policies
 from loom.simulate import BusKind, SimConfig, SimResult, run_simulation
@@ -62,15 +70,20 @@ class RunSpec:
             bus=self.bus,
             nats_url=self.nats_url,
             seed=self.seed,
+            profile=trace.profile,
         )
 
 
 def _progress_bar() -> Progress:
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("jobs · t={task.fields[t]:,.0f}s"), TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
         console=Console(stderr=True), transient=True,
     )
+
+
+def _note(now: float) -> str:
+    return f"jobs · t={now:,.0f}s"
 
 
 def run_one(spec: RunSpec, progress: bool = False) -> SimResult:
@@ -78,36 +91,71 @@ def run_one(spec: RunSpec, progress: bool = False) -> SimResult:
     if not progress:
         return asyncio.run(run_simulation(cfg))
     with _progress_bar() as bar:
-        task = bar.add_task(spec.policy, total=len(cfg.jobs), t=0.0)
+        task = bar.add_task(spec.policy, total=len(cfg.jobs), note=_note(0.0))
 
         def update(done: int, total: int, now: float) -> None:
-            bar.update(task, completed=done, t=now)
+            bar.update(task, completed=done, note=_note(now))
 
         return asyncio.run(run_simulation(cfg, update))
 
 
-def _worker(spec: RunSpec, updates: Any) -> SimResult:
+def _worker(spec: RunSpec, updates: Any, key: int) -> SimResult:
     configure(spec.log_level)
 
     def update(done: int, total: int, now: float) -> None:
-        updates.put((spec.policy, done, total, now))
+        updates.put((key, done, total, now))
 
     return asyncio.run(run_simulation(spec.config(), update))
 
 
 def compare(specs: list[RunSpec], processes: int = 0) -> list[SimResult]:
     """Run each spec in its own process (they share nothing), showing one bar per policy."""
+    return run_parallel(specs, [s.policy for s in specs], processes)
+
+
+def run_parallel(
+    specs: Sequence[RunSpec], labels: Sequence[str], processes: int = 0,
+    order: Sequence[int] | None = None,
+) -> list[SimResult]:
+    """Run every spec in a pool of processes; results come back in the order of `specs`.
+
+    `order` is the submission order (indexes into `specs`). When there are more runs than
+    workers, a bar counts finished runs and each run's bar shows only while it runs, so a
+    long sweep keeps a screenful of bars.
+    """
     workers = processes or min(len(specs), os.cpu_count() or 1)
+    many = len(specs) > workers
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager, _progress_bar() as bar:
         updates = manager.Queue()
-        tasks = {s.policy: bar.add_task(s.policy, total=None, t=0.0) for s in specs}
+        overall = bar.add_task("runs", total=len(specs), note="done") if many else None
+        tasks: dict[int, TaskID] = {}
+        if not many:
+            tasks = {i: bar.add_task(label, total=None, note=_note(0.0))
+                     for i, label in enumerate(labels)}
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [pool.submit(_worker, s, updates) for s in specs]
-            while not all(f.done() for f in futures):
+            futures = {i: pool.submit(_worker, specs[i], updates, i)
+                       for i in (order if order is not None else range(len(specs)))}
+            while not all(f.done() for f in futures.values()):
                 try:
-                    policy, done, total, now = updates.get(timeout=0.2)
+                    key, done, total, now = updates.get(timeout=0.2)
                 except queue.Empty:
-                    continue
-                bar.update(tasks[policy], completed=done, total=total, t=now)
-            return [f.result() for f in futures]
+                    pass
+                else:
+                    if key not in tasks and not (many and futures[key].done()):
+                        tasks[key] = bar.add_task(labels[key], total=None, note="")
+                    if key in tasks:
+                        bar.update(tasks[key], completed=done, total=total, note=_note(now))
+                if overall is not None:
+                    _retire_finished(bar, overall, tasks, futures)
+            return [futures[i].result() for i in range(len(specs))]
+
+
+def _retire_finished(
+    bar: Progress, overall: TaskID, tasks: dict[int, TaskID], futures: dict[int, Future[SimResult]]
+) -> None:
+    for key, task in list(tasks.items()):
+        if futures[key].done():
+            bar.remove_task(task)
+            del tasks[key]
+    bar.update(overall, completed=sum(f.done() for f in futures.values()))
