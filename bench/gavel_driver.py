@@ -4,7 +4,7 @@
 
 Imports Gavel's modules first, then times `Scheduler.simulate` plus reading the trace, so the
 figure compares with Loom's `run_simulation` time. Prints one JSON line: wall_s, avg_jct_s
-(over the jobs Gavel completed, as Gavel prints it), completed and failed job counts.
+(over the jobs Gavel completed, as Gavel prints it), makespan_s, completed and failed job counts.
 Nothing of Gavel's is changed; its gRPC stub modules must be importable (PYTHONPATH).
 """
 
@@ -37,6 +37,7 @@ def main() -> None:
     wall = time.perf_counter() - t0
     done = [v for v in sched._job_completion_times.values() if v is not None]
     print(json.dumps({"wall_s": wall, "avg_jct_s": sum(done) / len(done),
+                      "makespan_s": sched.get_current_timestamp(),
                       "completed": len(done),
                       "failed": len(sched._job_completion_times) - len(done)}))
     os._exit(0)  # Gavel's scheduler leaves non-daemon threads behind

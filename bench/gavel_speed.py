@@ -47,7 +47,7 @@ def run_gavel(args: argparse.Namespace, policy: str) -> dict[str, float]:
     return result
 
 
-def run_loom(args: argparse.Namespace, policy: str) -> tuple[float, float, int]:
+def run_loom(args: argparse.Namespace, policy: str) -> tuple[float, float, int, float]:
     trace = load_trace(args.trace)
     per = args.gpus_per_server.split(":")[0]
     cfg = SimConfig(policy=policy, jobs=trace.jobs, cluster=load_cluster(args.cluster, per),
@@ -55,7 +55,8 @@ def run_loom(args: argparse.Namespace, policy: str) -> tuple[float, float, int]:
     t = time.perf_counter()
     summary = asyncio.run(run_simulation(cfg)).summary
     return (time.perf_counter() - t, float(summary["avg_jct_s"]),  # type: ignore[arg-type]
-            int(summary["finished"]))  # type: ignore[call-overload]
+            int(summary["finished"]),  # type: ignore[call-overload]
+            float(summary["makespan_s"]))  # type: ignore[arg-type]
 
 
 def main() -> None:
@@ -72,18 +73,19 @@ def main() -> None:
     args = ap.parse_args()
     import cvxpy  # noqa: F401  - as Gavel's, Loom's import time is left out
 
-    print(f"{'policy':<26} {'loom s':>7} {'loom JCT':>10} {'done':>5} {'gavel s':>8} "
-          f"{'gavel JCT':>10} {'done':>5} {'speed-up':>9} {'ΔJCT':>7}")
+    print(f"{'policy':<26} {'loom s':>7} {'loom JCT':>10} {'makespan':>9} {'done':>5} "
+          f"{'gavel s':>8} {'gavel JCT':>10} {'makespan':>9} {'done':>5} {'speed-up':>9} "
+          f"{'ΔJCT':>7}")
     for policy in args.policies.split(","):
-        loom_s, loom_jct, loom_done = run_loom(args, policy)
+        loom_s, loom_jct, loom_done, loom_mk = run_loom(args, policy)
         cells = ""
         if args.gavel:
             g = run_gavel(args, policy)
             delta = 100 * (loom_jct / g["avg_jct_s"] - 1)
-            cells = (f"{g['wall_s']:>8.2f} {g['avg_jct_s']:>10,.0f} {int(g['completed']):>5} "
-                     f"{g['wall_s'] / loom_s:>8.1f}x {delta:>+6.1f}%")
-        print(f"{policy:<26} {loom_s:>7.2f} {loom_jct:>10,.0f} {loom_done:>5} {cells}",
-              flush=True)
+            cells = (f"{g['wall_s']:>8.2f} {g['avg_jct_s']:>10,.0f} {g['makespan_s']:>9,.0f} "
+                     f"{int(g['completed']):>5} {g['wall_s'] / loom_s:>8.1f}x {delta:>+6.1f}%")
+        print(f"{policy:<26} {loom_s:>7.2f} {loom_jct:>10,.0f} {loom_mk:>9,.0f} {loom_done:>5} "
+              f"{cells}", flush=True)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ class RoundState:
     last_reset: float = 0.0
     stale: bool = False  # jobs arrived or left since the allocation was computed
     ran_on: dict[Combo, str] = field(default_factory=dict)  # last round: combination → type
+    started: dict[Combo, float] = field(default_factory=dict)  # when it began this round
     last_round: float | None = None
     recomputed: int = 0
 
@@ -83,6 +84,7 @@ class RoundPolicy(Policy):
         self.state = RoundState()
         self._shuffle = random.Random(seed + 5)  # Gavel's worker-type shuffler seed
         self._position: dict[str, int] = {}
+        self._order: list[str] = []  # GPU types in this round's visiting order
         self.profile: ThroughputTable | None = None
 
     def configure(self, *, seed: int, round_s: float,
@@ -135,14 +137,30 @@ class RoundPolicy(Policy):
             for t in types:
                 ledger.received.setdefault(t, half)
                 ledger.deficit.setdefault(t, 0.0)
-        self._credit(snap.now)
-        if st.stale and (snap.now - st.last_reset >= self.reset_interval_s
-                         or st.last_reset == 0.0):
-            self._reset(snap, types)
-        order = list(types)
-        if not self.aware:
-            self._shuffle.shuffle(order)
-        chosen = self._select(snap, order)
+        left = dict(snap.cluster.gpus_by_type)
+        kept: dict[Combo, str] = {}
+        if st.last_round is not None and snap.now < st.last_round + self.round_s - 1e-6:
+            # A cycle inside a round (GPUs freed at once): everyone keeps running and the
+            # freed GPUs go to the next entries in this round's priority order.
+            kept = {c: t for c, t in st.ran_on.items() if all(j in snap.jobs for j in c)}
+            for c, t in kept.items():
+                left[t] -= snap.jobs[c[0]].gpus
+            order = self._order
+        else:
+            self._credit(snap.now)
+            if st.stale and (snap.now - st.last_reset >= self.reset_interval_s
+                             or st.last_reset == 0.0):
+                self._reset(snap, types)
+            order = list(types)
+            if not self.aware:
+                self._shuffle.shuffle(order)
+            self._order = order
+            st.started = {}
+            st.last_round = snap.now
+        chosen = self._select(snap, order, left, {j for c in kept for j in c})
+        for combo in chosen:
+            st.started[combo] = snap.now
+        chosen = {**kept, **chosen}
         plan = Plan()
         for combo, t in sorted(chosen.items(), key=lambda kv: -snap.jobs[kv[0][0]].gpus):
             slots = fit.try_place(combo[0], snap.jobs[combo[0]].gpus, t)
@@ -153,7 +171,6 @@ class RoundPolicy(Policy):
                 if len(combo) > 1:
                     plan.groups[jid] = tuple(sorted(combo))
         st.ran_on = dict(chosen)
-        st.last_round = snap.now
         waiting = [jid for jid in snap.jobs if jid not in plan.run]
         self._position = {jid: i for i, jid in enumerate(waiting, start=1)}
         plan.free_gpus = fit.free_gpus
@@ -163,8 +180,8 @@ class RoundPolicy(Policy):
         st = self.state
         if st.last_round is None:
             return
-        elapsed = now - st.last_round
         for combo, t in st.ran_on.items():
+            elapsed = now - st.started.get(combo, st.last_round)
             ledger = st.ledgers.get(combo)
             if ledger is not None:
                 ledger.received[t] = ledger.received.get(t, 0.0) + elapsed
@@ -201,10 +218,10 @@ class RoundPolicy(Policy):
         st.stale = False
         st.recomputed += 1
 
-    def _select(self, snap: Snapshot, order: list[str]) -> dict[Combo, str]:
+    def _select(self, snap: Snapshot, order: list[str], left: dict[str, int],
+                busy: set[str]) -> dict[Combo, str]:
         """Gavel's greedy pass over (combination, type) entries in priority order."""
         st = self.state
-        left = {t: n for t, n in snap.cluster.gpus_by_type.items()}
         entries: list[tuple[Combo, str]] = []
         for t in order:
             keyed: list[tuple[float, float, float, int, Combo]] = []
@@ -217,7 +234,6 @@ class RoundPolicy(Policy):
             keyed.sort()
             entries += [(k[-1], t) for k in keyed]
         chosen: dict[Combo, str] = {}
-        busy: set[str] = set()
         for combo, t in entries:
             if left.get(t, 0) == 0 or any(j in busy for j in combo):
                 continue
