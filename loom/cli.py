@@ -74,6 +74,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats-url", help="NATS server; default with --bus nats: start a private one")
     p.add_argument("--round-s", type=_positive,
                    help="re-plan every S seconds (round-based) instead of on every event")
+    p.add_argument("--free-at-once", action="store_true",
+                   help="round-based runs: give a finished job's GPUs out at once instead of "
+                        "at the end of the round (Gavel's behaviour)")
     p.add_argument("--overhead", type=_overhead,
                    help="none | muri | elasticflow | flat:SECONDS (default: the trace's origin)")
     p.add_argument("--placement", choices=SCHEMES,
@@ -165,6 +168,7 @@ def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
     return RunSpec(
         trace=args.trace, cluster=args.cluster, policy=policy, bus=args.bus,
         nats_url=args.nats_url, round_s=args.round_s, overhead=args.overhead,
+        free_at_once=args.free_at_once,
         placement=args.placement, seed=args.seed,
         log_level=args.log_level, gpus_per_server=args.gpus_per_server,
         throughputs=args.throughputs,

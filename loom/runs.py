@@ -39,6 +39,7 @@ class RunSpec:
     bus: BusKind = "memory"
     nats_url: str | None = None
     round_s: float | None = None
+    free_at_once: bool = False
     overhead: str | None = None
     placement: str | None = None
     seed: int = 0
@@ -66,6 +67,7 @@ class RunSpec:
             trace_name=trace.name,
             overhead=self.overhead or trace.default_overhead,
             round_s=self.round_s,
+            free_at_once=self.free_at_once,
             placement=self.placement,
             bus=self.bus,
             nats_url=self.nats_url,

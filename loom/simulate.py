@@ -43,6 +43,7 @@ class SimConfig:
     nats_url: str | None = None
     seed: int = 0
     profile: ThroughputTable | None = None  # per-type and co-located throughputs, if known
+    free_at_once: bool = False  # rounds: re-plan when a job finishes (see SchedulerConfig)
 
 
 @dataclass
@@ -62,7 +63,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
     replan = "round" if cfg.round_s is not None else policy.replan
     sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0, overhead=overhead,
                                 placement=cfg.placement,  # type: ignore[arg-type]
-                                profile=cfg.profile)
+                                profile=cfg.profile, free_at_once=cfg.free_at_once)
 
     kernel = SimKernel()
     clock = VirtualClock(kernel)

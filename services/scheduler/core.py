@@ -66,6 +66,9 @@ class SchedulerConfig:
     overhead: OverheadModel = field(default_factory=lambda: parse_overhead("none"))
     placement: Scheme | None = None  # None: the policy's own scheme
     profile: ThroughputTable | None = None  # co-located throughputs (Gavel's space sharing)
+    # Rounds: re-plan as soon as a job finishes, so its GPUs do not idle until the round ends
+    # (Gavel's simulator leaves them idle).
+    free_at_once: bool = False
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round"):
@@ -237,11 +240,17 @@ class SchedulerCore(CoreDefaults):
     # -- cycles ------------------------------------------------------------------------------
     def _request_cycle(self, now: float, trigger: str) -> list[Effect]:
         if self.config.replan == "round":
-            if self._tick_armed:
-                return []
-            self._tick_armed = True
-            r = self.config.round_s
-            return [SetTimer("tick", math.ceil(now / r) * r, PRIORITY_CYCLE)]
+            effects: list[Effect] = []
+            if (trigger == "completion" and self.config.free_at_once
+                    and not self._cycle_requested):
+                self._cycle_requested = True
+                self._trigger = trigger
+                effects.append(SetTimer("cycle", now, PRIORITY_CYCLE))
+            if not self._tick_armed:
+                self._tick_armed = True
+                r = self.config.round_s
+                effects.append(SetTimer("tick", math.ceil(now / r) * r, PRIORITY_CYCLE))
+            return effects
         if self._cycle_requested:
             return []
         self._cycle_requested = True

@@ -129,3 +129,17 @@ def test_policy_refusal_rejects_the_job_with_its_reason() -> None:
     result = simulate(jobs, "allox", cl)
     assert result.summary["rejected"] == 1
     assert result.summary["finished"] == 1
+
+
+def test_free_at_once_backfills_gpus_freed_mid_round() -> None:
+    # One GPU; a short job finishes 60 s into the first round. Gavel's way the second job
+    # waits for the round to end (360 s); with free_at_once it starts at 60 s.
+    cl = one_type(1)
+    jobs = [make_job("short").iterations(60).rates(v100=1.0).build(),
+            make_job("long").iterations(600).rates(v100=1.0).build()]
+    gavel = {j.job_id: j.jct_s for j in simulate(jobs, "max-min-fairness-perf", cl).jobs}
+    eager = {j.job_id: j.jct_s for j in simulate(jobs, "max-min-fairness-perf", cl,
+                                                 free_at_once=True).jobs}
+    assert gavel["short"] == eager["short"] == pytest.approx(60.0)
+    assert eager["long"] == pytest.approx(660.0)
+    assert gavel["long"] == pytest.approx(960.0)
