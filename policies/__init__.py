@@ -12,7 +12,12 @@ from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
 from policies.gandiva import Gandiva
 from policies.gittins import TiresiasGittins
-from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
+from policies.max_min_fairness import (
+    MaxMinFairness,
+    MaxMinFairnessPerf,
+    MaxMinFairnessWaterFilling,
+    MaxMinFairnessWaterFillingPerf,
+)
 from policies.max_min_fairness_packed import MaxMinFairnessPacked
 from policies.min_cost import MinCost, MinCostSlo
 from policies.min_makespan import MinMakespan
@@ -29,7 +34,8 @@ REGISTRY: dict[str, type[Policy]] = {
         # Gavel's heterogeneity-aware policies and their agnostic baselines (round-based)
         MaxMinFairness, MaxMinFairnessPerf, FinishTimeFairness, FinishTimeFairnessPerf,
         FifoRandom, FifoPerf, MinMakespan, MinCost, MinCostSlo, AlloX,
-        MaxMinFairnessPacked, Gandiva,
+        MaxMinFairnessPacked, Gandiva, MaxMinFairnessWaterFilling,
+        MaxMinFairnessWaterFillingPerf,
     )
 }
 

@@ -11,6 +11,15 @@ against what an equal share would give it, so fast and slow jobs are treated ali
 The LP is built once per bucketed size with the coefficient matrix, GPU counts and capacities
 as Parameters (DPP). Padding rows get the largest coefficient and no GPUs, so they can always
 reach the optimum and never bind. Solver: Clarabel, then HiGHS; if both fail, the even split.
+
+Water filling (`-water-filling` variants, Gavel PR #164): the plain LP stops at the worst-off
+jobs' level and leaves the others anywhere at or above it, so spare capacity may go unused or
+to the wrong type. Water filling repeats the LP: jobs whose constraint is tight with a positive
+dual (they cannot gain without lowering the level) are frozen at the level, and the rest are
+raised further, until every job is frozen. Gavel finds the bottleneck jobs with a MILP; the
+duals of the LP identify them without one (every iteration freezes at least one job, since the
+duals of the level constraints sum to 1). Iterations are capped (`MAX_LEVELS`); jobs still free
+then keep the last solution.
 """
 
 from __future__ import annotations
@@ -30,15 +39,28 @@ if TYPE_CHECKING:
 
 BUCKET_BITS = 1  # power-of-two sizes: compiling costs more than solving padded rows
 SOLVERS = ("CLARABEL", "HIGHS")
+MAX_LEVELS = 12  # water-filling iterations per allocation
+_FROZEN = 1e6  # lifts a frozen job out of the level constraint (values are normalised to ~1)
 
 
 @dataclass(frozen=True, slots=True)
 class _MaxMinLp:
     problem: cp.Problem
     x: cp.Variable
+    t: cp.Variable
+    level: cp.Constraint  # v_m + exempt_m ≥ t, one row per job
     coeff: cp.Parameter  # (m, n) objective coefficients per row
     sf: cp.Parameter  # (m, n) GPU count repeated across types
     capacity: cp.Parameter  # (n,)
+    floor: cp.Parameter  # (m,) lower bound on v_m (a frozen job's level; else 0)
+    exempt: cp.Parameter  # (m,) _FROZEN for frozen jobs, else 0
+
+
+@dataclass(frozen=True, slots=True)
+class MaxMinSolution:
+    x: FloatArray  # (m, n), clipped to [0, 1]
+    level: float  # the optimum t
+    duals: FloatArray  # (m,) of the level constraints
 
 
 def _build(shape: tuple[int, ...]) -> _MaxMinLp:
@@ -52,13 +74,19 @@ def _build(shape: tuple[int, ...]) -> _MaxMinLp:
     coeff = cp.Parameter((m, n), nonneg=True)
     sf = cp.Parameter((m, n), nonneg=True)
     capacity = cp.Parameter(n, nonneg=True)
+    floor = cp.Parameter(m, nonneg=True)
+    exempt = cp.Parameter(m, nonneg=True)
+    value = cp_sum(multiply(coeff, x), axis=1)
+    level = value + exempt >= t
     constraints = [
         x >= 0,
         cp_sum(x, axis=1) <= 1,
         cp_sum(multiply(sf, x), axis=0) <= capacity,
-        cp_sum(multiply(coeff, x), axis=1) >= t,
+        level,
+        value >= floor,
     ]
-    return _MaxMinLp(cp.Problem(cp.Maximize(t), constraints), x, coeff, sf, capacity)
+    return _MaxMinLp(cp.Problem(cp.Maximize(t), constraints), x, t, level, coeff, sf, capacity,
+                     floor, exempt)
 
 
 class MaxMinLp:
@@ -78,6 +106,13 @@ class MaxMinLp:
     def solve(self, coeff: FloatArray, gpus: FloatArray, capacity: FloatArray
               ) -> FloatArray | None:
         """X (clipped to [0, 1]), or None if every solver failed."""
+        sol = self.solve_levels(coeff, gpus, capacity)
+        return None if sol is None else sol.x
+
+    def solve_levels(self, coeff: FloatArray, gpus: FloatArray, capacity: FloatArray,
+                     frozen: FloatArray | None = None) -> MaxMinSolution | None:
+        """The LP with the jobs of `frozen` (their level, NaN for free jobs) held at or above
+        their level and left out of the minimum."""
         t0 = time.perf_counter()
         try:
             m, n = coeff.shape
@@ -88,24 +123,65 @@ class MaxMinLp:
             lp.coeff.value = np.vstack([coeff, np.full((pad, n), max(top, 1e-12))])
             lp.sf.value = np.vstack([np.repeat(gpus[:, None], n, axis=1), np.zeros((pad, n))])
             lp.capacity.value = capacity
+            held = np.zeros(size, dtype=bool)
+            floor = np.zeros(size)
+            if frozen is not None:
+                held[:m] = ~np.isnan(frozen)
+                floor[:m] = np.where(held[:m], frozen, 0.0)
+            lp.floor.value = floor
+            lp.exempt.value = np.where(held, _FROZEN, 0.0)
             x, _ = solve_first(lp.problem, lp.x, self.solvers)
-            if x is None:
+            if x is None or lp.t.value is None:
                 self.cache.stats.fallbacks += 1
                 return None
-            return np.clip(x[:m], 0.0, 1.0)
+            duals = lp.level.dual_value
+            dual = np.zeros(m) if duals is None else np.asarray(duals, dtype=np.float64)[:m]
+            return MaxMinSolution(np.clip(x[:m], 0.0, 1.0), float(lp.t.value), dual)
         finally:
             self.cache.stats.timed(t0)
+
+
+def normalised(inp: AllocationInput, throughputs: FloatArray) -> FloatArray:
+    """Max-min coefficients: throughput × GPUs / (weight × throughput under the even split)."""
+    t_even = (throughputs * inp.even_split()).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(t_even > 0, inp.gpus / (inp.weights * t_even), 0.0)
+    out: FloatArray = throughputs * scale[:, None]
+    return out
 
 
 def max_min_fairness(lp: MaxMinLp, inp: AllocationInput, throughputs: FloatArray
                      ) -> FloatArray:
     """Gavel's normalised max-min allocation; the even split if no solver succeeds."""
-    even = inp.even_split()
-    t_even = (throughputs * even).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(t_even > 0, inp.gpus / (inp.weights * t_even), 0.0)
-    x = lp.solve(throughputs * scale[:, None], inp.gpus, inp.capacity)
-    return even if x is None else x
+    x = lp.solve(normalised(inp, throughputs), inp.gpus, inp.capacity)
+    return inp.even_split() if x is None else x
+
+
+def water_filling(lp: MaxMinLp, inp: AllocationInput, throughputs: FloatArray) -> FloatArray:
+    """Max-min raised level by level (see the module docstring)."""
+    coeff = normalised(inp, throughputs)
+    m = len(inp.job_ids)
+    frozen = np.full(m, np.nan)
+    best: MaxMinSolution | None = None
+    for _ in range(MAX_LEVELS):
+        sol = lp.solve_levels(coeff, inp.gpus, inp.capacity, frozen)
+        if sol is None:
+            break
+        best = sol
+        free = np.isnan(frozen)
+        # Bottlenecks: positive dual (tight and binding); if degenerate duals name none,
+        # the free jobs at the level.
+        tight = free & (sol.duals > 1e-6 * max(float(sol.duals.max()), 1e-12))
+        if not tight.any():
+            value = (coeff * sol.x).sum(axis=1)
+            tight = free & (value <= sol.level * (1 + 1e-6) + 1e-9)
+        if not tight.any():
+            break
+        # A hair below the level, so the next LP stays feasible despite solver tolerance.
+        frozen[tight] = sol.level * (1 - 1e-6)
+        if not np.isnan(frozen).any():
+            break
+    return inp.even_split() if best is None else best.x
 
 
 class MaxMinFairnessPerf(RoundPolicy):
@@ -121,6 +197,14 @@ class MaxMinFairnessPerf(RoundPolicy):
         return max_min_fairness(self.lp, inp, inp.throughputs)
 
 
+class MaxMinFairnessWaterFillingPerf(MaxMinFairnessPerf):
+    name = "max-min-fairness-water-filling-perf"
+    description = "Gavel heterogeneity-aware max-min fairness, raised level by level"
+
+    def allocate(self, inp: AllocationInput) -> FloatArray:
+        return water_filling(self.lp, inp, inp.throughputs)
+
+
 class MaxMinFairness(MaxMinFairnessPerf):
     name = "max-min-fairness"
     description = "Gavel max-min fairness (LAS), heterogeneity-agnostic: every throughput 1"
@@ -128,3 +212,12 @@ class MaxMinFairness(MaxMinFairnessPerf):
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
         return max_min_fairness(self.lp, inp, np.ones(inp.shape))
+
+
+class MaxMinFairnessWaterFilling(MaxMinFairnessPerf):
+    name = "max-min-fairness-water-filling"
+    description = "Gavel max-min fairness raised level by level, heterogeneity-agnostic"
+    aware = False
+
+    def allocate(self, inp: AllocationInput) -> FloatArray:
+        return water_filling(self.lp, inp, np.ones(inp.shape))

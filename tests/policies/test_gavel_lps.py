@@ -219,3 +219,19 @@ def test_allox_rejects_multi_gpu_jobs_at_admission() -> None:
 
     assert AlloX().admit(make_job("a").gpus(2).build()) is not None
     assert AlloX().admit(make_job("b").build()) is None
+
+
+def test_water_filling_raises_jobs_above_the_bottleneck() -> None:
+    # k80 and v100, one GPU each. Job 0 runs on the v100 only; job 1 anywhere at the same
+    # speed. Job 1 is capped at normalised throughput 1 (its time share cannot exceed 1), so
+    # plain max-min stops at level 1 and job 0 may get as little as half the v100; water
+    # filling freezes job 1 and then gives job 0 the whole v100 (level 2).
+    from policies.max_min_fairness import water_filling
+
+    data = inp([[0.0, 1.0], [1.0, 1.0]], [1, 1], types=("k80", "v100"))
+    plain = max_min_fairness(MaxMinLp(), data, data.throughputs)
+    assert plain[0, 1] >= 0.5 - 1e-6
+    x = water_filling(MaxMinLp(), data, data.throughputs)
+    feasible(data, x)
+    assert x[0, 1] == pytest.approx(1.0, abs=1e-4)
+    assert x[1].sum() == pytest.approx(1.0, abs=1e-4)
