@@ -85,6 +85,8 @@ class RoundPolicy(Policy):
         self._shuffle = random.Random(seed + 5)  # Gavel's worker-type shuffler seed
         self._position: dict[str, int] = {}
         self._order: list[str] = []  # GPU types in this round's visiting order
+        self._can_run: dict[tuple[Combo, str], bool] = {}
+        self._types: tuple[str, ...] = ()
         self.profile: ThroughputTable | None = None
 
     def configure(self, *, seed: int, round_s: float,
@@ -113,6 +115,8 @@ class RoundPolicy(Policy):
             del st.ledgers[combo]
             st.allocation.pop(combo, None)
             st.ran_on.pop(combo, None)
+            for t in self._types:
+                self._can_run.pop((combo, t), None)
         self._position.pop(job_id, None)
         st.stale = True
 
@@ -128,7 +132,7 @@ class RoundPolicy(Policy):
     # -- the round ---------------------------------------------------------------------------
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         st = self.state
-        types = gpu_type_order(snap.cluster)
+        types = self._types = gpu_type_order(snap.cluster)
         for jid in snap.jobs:  # adopt jobs not announced through job_added
             if (jid,) not in st.ledgers:
                 self.job_added(snap.jobs[jid])
@@ -220,46 +224,52 @@ class RoundPolicy(Policy):
 
     def _select(self, snap: Snapshot, order: list[str], left: dict[str, int],
                 busy: set[str]) -> dict[Combo, str]:
-        """Gavel's greedy pass over (combination, type) entries in priority order."""
+        """Gavel's greedy pass over (combination, type) entries in priority order.
+
+        Per type, entries are sorted by (priority, deficit, allocation) descending, ties in
+        insertion order (Gavel's stable sort), computed with numpy; the walk over a type stops
+        as soon as its GPUs are all taken.
+        """
         st = self.state
-        entries: list[tuple[Combo, str]] = []
-        for t in order:
-            keyed: list[tuple[float, float, float, int, Combo]] = []
-            for combo, ledger in st.ledgers.items():  # insertion order breaks ties (Gavel)
-                if any(j not in snap.jobs for j in combo):
-                    continue
-                alloc = st.allocation.get(combo, {}).get(t, 0.0)
-                prio = self._priority(snap, combo, t, alloc)
-                keyed.append((-prio, -ledger.deficit[t], -alloc, len(keyed), combo))
-            keyed.sort()
-            entries += [(k[-1], t) for k in keyed]
+        combos = [c for c in st.ledgers if all(j in snap.jobs for j in c)]
         chosen: dict[Combo, str] = {}
-        for combo, t in entries:
-            if left.get(t, 0) == 0 or any(j in busy for j in combo):
+        if not combos:
+            return chosen
+        gpus = [snap.jobs[c[0]].gpus for c in combos]
+        none: dict[str, float] = {}
+        for t in order:
+            if left.get(t, 0) <= 0:
                 continue
-            if not self._runnable(snap, combo, t):
-                continue
-            if self.skip_unallocated and st.allocation.get(combo, {}).get(t, 0.0) <= 0:
-                continue
-            gpus = snap.jobs[combo[0]].gpus
-            if gpus > left[t]:
-                continue
-            left[t] -= gpus
-            chosen[combo] = t
-            busy.update(combo)
+            alloc = np.array([st.allocation.get(c, none).get(t, 0.0) for c in combos])
+            got = np.array([st.ledgers[c].received[t] for c in combos])
+            deficit = np.array([st.ledgers[c].deficit[t] for c in combos])
+            ok = np.array([self._runnable(snap, c, t) for c in combos])
+            total = st.type_time.get(t, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fair = np.where((got > 0) & (total > 0), alloc / (got / total), alloc * NEVER_RAN)
+            prio = np.where((alloc > 0) & ok, fair, 0.0)
+            ranked = np.lexsort((np.arange(len(combos)), -alloc, -deficit, -prio))
+            for i in ranked.tolist():
+                if left[t] <= 0:
+                    break
+                combo = combos[i]
+                if not ok[i] or gpus[i] > left[t] or any(j in busy for j in combo):
+                    continue
+                if self.skip_unallocated and alloc[i] <= 0:
+                    continue
+                left[t] -= gpus[i]
+                chosen[combo] = t
+                busy.update(combo)
         return chosen
 
     def _runnable(self, snap: Snapshot, combo: Combo, t: str) -> bool:
-        if len(combo) == 1:
-            return job_rate(snap.jobs[combo[0]], t) > 0
-        rates = pair_rates(self.profile, snap.jobs[combo[0]], snap.jobs[combo[1]], t)
-        return rates is not None and rates[0] > 0 and rates[1] > 0
-
-    def _priority(self, snap: Snapshot, combo: Combo, t: str, alloc: float) -> float:
-        if alloc == 0.0 or not self._runnable(snap, combo, t):
-            return 0.0
-        total = self.state.type_time.get(t, 0.0)
-        got = self.state.ledgers[combo].received[t]
-        if total == 0.0 or got == 0.0:
-            return alloc * NEVER_RAN
-        return alloc / (got / total)
+        """Whether the combination makes progress on type t (rates never change: cached)."""
+        hit = self._can_run.get((combo, t))
+        if hit is None:
+            if len(combo) == 1:
+                hit = job_rate(snap.jobs[combo[0]], t) > 0
+            else:
+                rates = pair_rates(self.profile, snap.jobs[combo[0]], snap.jobs[combo[1]], t)
+                hit = rates is not None and rates[0] > 0 and rates[1] > 0
+            self._can_run[(combo, t)] = hit
+        return hit

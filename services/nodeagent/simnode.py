@@ -78,7 +78,8 @@ class SimNodeCore(CoreDefaults):
     def _on_cycle(self, now: float) -> list[Effect]:
         effects: list[Effect] = []
         for run in self.jobs.values():
-            if run.leader:
+            # Without a per-event charge nothing changes: the finish timer stands.
+            if run.leader and run.per_event_s:
                 run.advance(now, interrupted=True)
                 effects.append(run.finish_timer(now))
         return effects

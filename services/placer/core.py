@@ -246,7 +246,11 @@ class CyclePlacement:
     def _consolidated(self, nodes: list[_Node], switches: list[list[_Node]], gpus: int,
                       displace: bool) -> GpuSlots | None:
         """One node if a node of the switch is big enough, else whole nodes + a remainder."""
-        fits = [n for n in nodes if n.size >= gpus and n.available(displace) >= gpus]
+        if displace:
+            fits = [n for n in nodes if n.size >= gpus and n.free.bit_count() >= gpus]
+        else:
+            fits = [n for n in nodes
+                    if n.size >= gpus and (n.free & ~n.held).bit_count() >= gpus]
         if fits:
             # tightest fit; yarn: first fit in node order
             best = fits[0] if self.scheme == "yarn" else min(fits, key=lambda n: n.n_free)
