@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "for Gavel's policies)")
     sweep.add_argument("--processes", type=int, default=0,
                        help="parallel processes (default: up to the CPU count)")
+    sweep.add_argument("--run-to-completion", action="store_true",
+                       help="run every job to the end (default: stop once the window's jobs "
+                            "have finished, as Gavel does)")
     sweep.add_argument("--save-traces", action="store_true",
                        help="keep each trace as OUT/traces/rate<R>-seed<S>.trace (Gavel format)")
     sweep.add_argument("--out", type=Path, help="output directory (default runs/sweep-<cluster>)")
@@ -275,6 +278,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         gpus_per_server=args.gpus_per_server, throughputs=args.throughputs,
         distribution=args.distribution, multi_gpu=args.multi_gpu,
         multi_priority=args.multi_priority, round_s=args.round_s, log_level=args.log_level,
+        run_to_completion=args.run_to_completion,
     )
     sweep.validate()
     dest = args.out or Path("runs") / f"sweep-{_slug(Path(args.cluster).name).replace(':', '-')}"

@@ -46,6 +46,7 @@ class RunSpec:
     log_level: str = "warning"
     gpus_per_server: str = "4"  # for type-count clusters such as 36:36:36
     throughputs: str | None = None  # profile JSON; None: Gavel's bundled simulation table
+    stop_after: tuple[str, ...] | None = None  # stop once these job ids have all finished
 
     def validate(self) -> None:
         """Fail before any work starts: unknown policy, unreadable trace or cluster."""
@@ -73,6 +74,7 @@ class RunSpec:
             nats_url=self.nats_url,
             seed=self.seed,
             profile=trace.profile,
+            stop_after=None if self.stop_after is None else frozenset(self.stop_after),
         )
 
 

@@ -44,6 +44,8 @@ class SimConfig:
     seed: int = 0
     profile: ThroughputTable | None = None  # per-type and co-located throughputs, if known
     free_at_once: bool = False  # rounds: re-plan when a job finishes (see SchedulerConfig)
+    # Stop once these jobs have all finished (Gavel's jobs_to_complete); None: run everything.
+    stop_after: frozenset[str] | None = None
 
 
 @dataclass
@@ -84,7 +86,14 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
             if progress is not None:
                 progress(metrics.finished + metrics.rejected, total, kernel.now)
 
-        await kernel.run(progress=tick if progress else None)
+        stop = None
+        if cfg.stop_after is not None:
+            metrics.awaited = set(cfg.stop_after)
+
+            def stop() -> bool:
+                return not metrics.awaited
+
+        await kernel.run(progress=tick if progress else None, stop=stop)
         tick()
     finally:
         await bus.close()
@@ -106,6 +115,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
         "events": bus.stats.published,
         "cycles": scheduler.cycle,
         "unfinished": scheduler.active,
+        "stopped_early": cfg.stop_after is not None and kernel.pending > 0,
         "errors": sum(s.errors for s in shells) + bus.stats.dead_lettered,
         "wall_s": round(wall, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

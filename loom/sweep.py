@@ -63,6 +63,9 @@ class Sweep:
     multi_priority: bool = False
     round_s: float | None = None  # None: the policy's own (Gavel's policies: 360 s rounds)
     log_level: str = "warning"
+    # Gavel stops a run once every window job has finished; True runs every job to the end
+    # (whole-trace JCT and makespan then cover all jobs).
+    run_to_completion: bool = False
 
     @property
     def job_window(self) -> tuple[int, int]:
@@ -162,10 +165,12 @@ def run_sweep(sweep: Sweep, processes: int = 0, save_traces: Path | None = None)
     with tempfile.TemporaryDirectory(prefix="loom-sweep-") as tmp:
         traces = write_traces(sweep, save_traces or Path(tmp))
         points = [(p, r, s) for p in sweep.policies for r in sweep.rates for s in sweep.seeds]
+        window_ids = tuple(str(i) for i in range(*sweep.job_window))
         specs = [
             RunSpec(trace=str(traces[r, s]), cluster=sweep.cluster, policy=p,
                     round_s=sweep.round_s, seed=s, log_level=sweep.log_level,
-                    gpus_per_server=sweep.gpus_per_server, throughputs=sweep.throughputs)
+                    gpus_per_server=sweep.gpus_per_server, throughputs=sweep.throughputs,
+                    stop_after=None if sweep.run_to_completion else window_ids)
             for p, r, s in points
         ]
         labels = [f"{p} {r:g}/h seed {s}" for p, r, s in points]

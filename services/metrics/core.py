@@ -110,6 +110,7 @@ class MetricsCore(CoreDefaults):
         self.finished = 0
         self.rejected = 0
         self.interleaved = 0  # launches onto GPUs shared with other jobs (Muri groups)
+        self.awaited: set[str] = set()  # jobs a run waits for (Gavel's jobs_to_complete)
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED))
@@ -185,6 +186,7 @@ class MetricsCore(CoreDefaults):
         if t.state is JobState.FINISHED:
             out.end_s = at
             self.finished += 1
+            self.awaited.discard(t.job_id)
             self.last_end = max(self.last_end, at)
         if t.state is JobState.REJECTED:
             self.rejected += 1

@@ -76,12 +76,17 @@ class SimKernel:
         until: float | None = None,
         progress: Callable[[], None] | None = None,
         every: int = 4096,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
+        """Run until nothing is left, `until` is passed, or `stop()` (checked between events)
+        says so."""
         heap = self._heap
         pop, push = heapq.heappop, heapq.heappush
         while heap:
             if progress is not None and self.steps % every == 0:
                 progress()
+            if stop is not None and stop():
+                break
             if until is not None and heap[0][0] > until:
                 break
             when, _, seq, item = pop(heap)

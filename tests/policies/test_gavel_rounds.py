@@ -143,3 +143,17 @@ def test_free_at_once_backfills_gpus_freed_mid_round() -> None:
     assert gavel["short"] == eager["short"] == pytest.approx(60.0)
     assert eager["long"] == pytest.approx(660.0)
     assert gavel["long"] == pytest.approx(960.0)
+
+
+def test_a_run_can_stop_once_the_awaited_jobs_finish() -> None:
+    # Gavel's jobs_to_complete: the run ends when jobs 0 and 1 are done, job 2 never finishes
+    cl = one_type(1)
+    jobs = [make_job(str(i)).iterations(100 * (i + 1)).rates(v100=1.0).submit(i).build()
+            for i in range(3)]
+    full = simulate(jobs, "fifo-perf", cl)
+    early = simulate(jobs, "fifo-perf", cl, stop_after=frozenset({"0", "1"}))
+    assert full.summary["finished"] == 3 and not full.summary["stopped_early"]
+    assert early.summary["stopped_early"]
+    done = {j.job_id: j.jct_s for j in early.jobs if j.jct_s is not None}
+    assert set(done) == {"0", "1"}
+    assert done == {j.job_id: j.jct_s for j in full.jobs if j.job_id in done}
