@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -25,13 +26,7 @@ def jct_cdf(jcts: Mapping[str, Sequence[float]], path: Path, title: str) -> Path
     ax.set_ylabel("fraction of jobs")
     ax.set_ylim(0, 1.005)
     ax.grid(True, which="both", alpha=0.3)
-    ax.set_title(title)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title, "lower right")
 
 
 def jct_vs_load(curves: Mapping[str, Mapping[float, Sequence[float]]], path: Path,
@@ -55,8 +50,12 @@ def jct_vs_load(curves: Mapping[str, Mapping[float, Sequence[float]]], path: Pat
     ax.set_ylabel("average JCT (hours)")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
+    return _save(fig, ax, path, title, "upper left")
+
+
+def _save(fig: Any, ax: Any, path: Path, title: str, legend: str) -> Path:
     ax.set_title(title)
-    ax.legend(loc="upper left")
+    ax.legend(loc=legend)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
