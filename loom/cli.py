@@ -74,6 +74,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats-url", help="NATS server; default with --bus nats: start a private one")
     p.add_argument("--round-s", type=_positive,
                    help="re-plan every S seconds (round-based) instead of on every event")
+    p.add_argument("--gpu-type", choices=("A100", "T4"),
+                   help="make deadline-trace jobs elastic with ElasticFlow's throughput table "
+                        "for this GPU (speed by GPU count)")
     p.add_argument("--free-at-once", action="store_true",
                    help="round-based runs: give a finished job's GPUs out at once instead of "
                         "at the end of the round (Gavel's behaviour)")
@@ -171,7 +174,7 @@ def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
     return RunSpec(
         trace=args.trace, cluster=args.cluster, policy=policy, bus=args.bus,
         nats_url=args.nats_url, round_s=args.round_s, overhead=args.overhead,
-        free_at_once=args.free_at_once,
+        free_at_once=args.free_at_once, gpu_type=args.gpu_type,
         placement=args.placement, seed=args.seed,
         log_level=args.log_level, gpus_per_server=args.gpus_per_server,
         throughputs=args.throughputs,

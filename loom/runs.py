@@ -26,6 +26,7 @@ from loom.simulate import BusKind, SimConfig, SimResult, run_simulation
 from services.runtime.logging import configure
 from traces import load_cluster, load_trace
 from traces.loader import Trace
+from traces.scaling import load_scaling, with_scaling
 from traces.throughputs import load_throughputs
 
 
@@ -47,6 +48,7 @@ class RunSpec:
     gpus_per_server: str = "4"  # for type-count clusters such as 36:36:36
     throughputs: str | None = None  # profile JSON; None: Gavel's bundled simulation table
     stop_after: tuple[str, ...] | None = None  # stop once these job ids have all finished
+    gpu_type: str | None = None  # A100 | T4: make deadline-trace jobs elastic from its table
 
     def validate(self) -> None:
         """Fail before any work starts: unknown policy, unreadable trace or cluster."""
@@ -54,6 +56,8 @@ class RunSpec:
             raise policies.UnknownPolicy(self.policy)
         load_cluster(self.cluster, self.gpus_per_server)
         self._trace()
+        if self.gpu_type is not None:
+            load_scaling(self.gpu_type)
 
     def _trace(self) -> Trace:
         table = load_throughputs(self.throughputs) if self.throughputs else None
@@ -61,9 +65,12 @@ class RunSpec:
 
     def config(self) -> SimConfig:
         trace = self._trace()
+        jobs = trace.jobs
+        if self.gpu_type is not None:
+            jobs = with_scaling(jobs, load_scaling(self.gpu_type))
         return SimConfig(
             policy=self.policy,
-            jobs=trace.jobs,
+            jobs=jobs,
             cluster=load_cluster(self.cluster, self.gpus_per_server),
             trace_name=trace.name,
             overhead=self.overhead or trace.default_overhead,

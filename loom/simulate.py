@@ -25,9 +25,10 @@ from services.runtime.bus import Bus, MemoryBus
 from services.runtime.clock import VirtualClock
 from services.runtime.kernel import SimKernel
 from services.runtime.service import Core, Shell
-from services.scheduler.core import SchedulerConfig, SchedulerCore
+from services.scheduler.core import Replan, SchedulerConfig, SchedulerCore
 
 BusKind = Literal["memory", "nats"]
+DEFAULT_SLOT_S = 60.0  # ElasticFlow's scheduling slot in its Fig. 8 runs
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,17 @@ ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     t0 = time.perf_counter()
     policy = policies.make(cfg.policy)
-    policy.configure(seed=cfg.seed, round_s=cfg.round_s or 360.0, profile=cfg.profile)
+    policy.configure(seed=cfg.seed, round_s=cfg.round_s or (
+        DEFAULT_SLOT_S if policy.replan == "slot" else 360.0), profile=cfg.profile)
     overhead = parse_overhead(cfg.overhead)
-    replan = "round" if cfg.round_s is not None else policy.replan
-    sched_cfg = SchedulerConfig(replan=replan, round_s=cfg.round_s or 360.0, overhead=overhead,
+    # --round-s sets a slotted policy's slot; it makes any other policy round-based.
+    replan: Replan
+    if policy.replan == "slot":
+        replan, period = "slot", cfg.round_s or DEFAULT_SLOT_S
+    else:
+        replan = "round" if cfg.round_s is not None else policy.replan
+        period = cfg.round_s or 360.0
+    sched_cfg = SchedulerConfig(replan=replan, round_s=period, overhead=overhead,
                                 placement=cfg.placement,  # type: ignore[arg-type]
                                 profile=cfg.profile, free_at_once=cfg.free_at_once)
 

@@ -23,7 +23,7 @@ from schemas.job import JobSpec
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
 
-Replan = Literal["event", "round"]
+Replan = Literal["event", "round", "slot"]
 
 
 class JobView(NamedTuple):
@@ -42,13 +42,15 @@ class JobView(NamedTuple):
     remaining_s: float  # at the trace's iteration time
     attained_s: float  # seconds it has held GPUs (Tiresias' "executed time")
     preemptions: int
+    allocated: int  # GPUs it holds now (an elastic job may hold other than `gpus`); 0 waiting
 
     @classmethod
     def make(cls, spec: JobSpec, running: bool, iterations_done: float, attained_s: float,
-             preemptions: int = 0) -> JobView:
+             preemptions: int = 0, allocated: int | None = None) -> JobView:
         remaining = max(spec.iterations - iterations_done, 0.0)
+        held = (spec.gpus if running else 0) if allocated is None else allocated
         return cls(spec, spec.job_id, spec.gpus, running, iterations_done, remaining,
-                   remaining * spec.iteration_time_s, attained_s, preemptions)
+                   remaining * spec.iteration_time_s, attained_s, preemptions, held)
 
     @property
     def attained_gpu_s(self) -> float:

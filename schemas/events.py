@@ -18,6 +18,11 @@ from schemas.status import Status
 GpuSlots = tuple[tuple[str, tuple[int, ...]], ...]
 
 
+def gpu_count(slots: GpuSlots) -> int:
+    """How many GPUs a placement holds."""
+    return sum(len(gpus) for _, gpus in slots)
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -23,7 +23,10 @@ class _JobFields(BaseModel):
     communication) for interleaving policies. On a heterogeneous cluster `throughputs` gives
     the job's iterations per second at `gpus` GPUs on each GPU type (0: cannot run there), from
     a profile such as Gavel's; `job_type` names the profiled workload ("ResNet-50 (batch size
-    64)") so co-location profiles can be looked up.
+    64)") so co-location profiles can be looked up. An elastic job has `scaling`: its
+    iterations per second (the whole job) at each GPU count it may run with (ElasticFlow's
+    throughput tables); a scheduler may then give it any of those counts within
+    [`min_gpus`, `max_gpus`].
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -44,6 +47,7 @@ class _JobFields(BaseModel):
     gpu_type: Name | None = None
     job_type: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
     throughputs: dict[Name, float] | None = None
+    scaling: dict[int, float] | None = None
     duration_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
@@ -54,6 +58,12 @@ class _JobFields(BaseModel):
             raise ValueError(f"max_gpus ({self.max_gpus}) is below gpus ({self.gpus})")
         if self.stage_times_s is not None and any(t < 0 for t in self.stage_times_s):
             raise ValueError("stage_times_s must be non-negative")
+        if self.scaling is not None:
+            bad_counts = [g for g, v in self.scaling.items()
+                          if g < 1 or not (v >= 0 and math.isfinite(v))]
+            if bad_counts:
+                raise ValueError(f"scaling: GPU counts must be >= 1 with finite rates >= 0 "
+                                 f"(at {bad_counts})")
         if self.throughputs is not None:
             bad = [t for t, v in self.throughputs.items() if not (v >= 0 and math.isfinite(v))]
             if bad:
@@ -61,6 +71,22 @@ class _JobFields(BaseModel):
             if not any(v > 0 for v in self.throughputs.values()):
                 raise ValueError("throughputs: the job cannot run on any GPU type")
         return self
+
+    @property
+    def gpu_levels(self) -> tuple[int, ...]:
+        """GPU counts the job may run with: its scaling profile's (within min/max), else its own."""
+        if self.scaling is None:
+            return (self.gpus,)
+        lo = self.min_gpus or 1
+        hi = self.max_gpus or max(self.scaling)
+        return tuple(sorted(g for g, v in self.scaling.items() if v > 0 and lo <= g <= hi))
+
+    def iteration_time_at(self, gpus: int, gpu_type: str | None = None) -> float:
+        """Seconds per iteration with `gpus` GPUs (an elastic job's profile, else as requested)."""
+        if self.scaling is not None and gpus in self.scaling:
+            rate = self.scaling[gpus]
+            return 1.0 / rate if rate > 0 else math.inf
+        return self.iteration_time_on(gpu_type)
 
     def iteration_time_on(self, gpu_type: str | None) -> float:
         """Seconds per iteration on `gpu_type` (inf where the profile says it cannot run)."""

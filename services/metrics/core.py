@@ -197,6 +197,8 @@ class MetricsCore(CoreDefaults):
         jcts = sorted(j.jct_s for j in self.jobs.values() if j.jct_s is not None)
         waits = [j.queueing_s for j in self.jobs.values() if j.queueing_s is not None]
         deadline_jobs = [j for j in self.jobs.values() if j.met_deadline is not None]
+        declined = sum(1 for j in deadline_jobs if j.state is JobState.REJECTED)
+        best_effort = [j.jct_s for j in self.jobs.values() if j.best_effort and j.jct_s is not None]
         rhos = [r for j in self.jobs.values() if (r := j.ftf_rho) is not None]
         span = self.last_end - (self.first_submit or 0.0)
         util = self.busy_gpu_s / (self.total_gpus * span) if span > 0 else 0.0
@@ -213,10 +215,16 @@ class MetricsCore(CoreDefaults):
             "interleaved_launches": self.interleaved,
             "ftf_rho_mean": sum(rhos) / len(rhos) if rhos else None,
             "ftf_rho_max": max(rhos) if rhos else None,
+            # ElasticFlow's measure: met / all deadline jobs; best-effort jobs are left out, a job
+            # declined at admission or finished late counts as missed.
             "deadline_ratio": (
                 sum(1 for j in deadline_jobs if j.met_deadline) / len(deadline_jobs)
                 if deadline_jobs else None
             ),
+            "deadline_jobs": len(deadline_jobs),
+            "deadline_met": sum(1 for j in deadline_jobs if j.met_deadline),
+            "declined": declined,  # deadline jobs refused at admission
+            "best_effort_avg_jct_s": sum(best_effort) / len(best_effort) if best_effort else None,
             "gpu_util": util,
             "decision_digest": self.digest,
         }

@@ -49,13 +49,15 @@ class OverheadModel:
     kind: str
     flat_s: float = 0.0
 
-    def iteration_time(self, spec: JobSpec, gpu_type: str | None = None) -> float:
-        """Seconds per iteration on GPUs of `gpu_type` (the job's profile, if it has one)."""
+    def iteration_time(self, spec: JobSpec, gpu_type: str | None = None,
+                       gpus: int | None = None) -> float:
+        """Seconds per iteration with `gpus` GPUs (default: as requested) of `gpu_type`."""
+        base = spec.iteration_time_at(gpus or spec.gpus, gpu_type)
         if self.kind == "muri":
             # Muri's arithmetic exactly (ms × 1.015 / 1000): a last-bit difference in a finish
             # time can reorder two events and change a later decision.
-            return spec.iteration_time_on(gpu_type) * 1000.0 * MURI_SLOWDOWN / 1000.0
-        return spec.iteration_time_on(gpu_type)
+            return base * 1000.0 * MURI_SLOWDOWN / 1000.0
+        return base
 
     def per_event(self, spec: JobSpec) -> float:
         if self.kind == "muri":
@@ -64,11 +66,12 @@ class OverheadModel:
             return 2.0
         return 0.0
 
-    def restart(self, spec: JobSpec) -> float:
+    def restart(self, spec: JobSpec, gpus: int | None = None) -> float:
+        """Seconds before a job (re)started on `gpus` GPUs (default: as requested) progresses."""
         if self.kind == "flat":
             return self.flat_s
         if self.kind == "elasticflow":
-            return (math.log2(spec.gpus) + 1) * 2.0 + 27.0
+            return (math.log2(gpus or spec.gpus) + 1) * 2.0 + 27.0
         return 0.0
 
 
@@ -102,8 +105,8 @@ def advance(remaining: float, last: float, ready_at: float, now: float, iteratio
 
 
 def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel,
-              gpu_type: str | None = None, profile: ThroughputTable | None = None
-              ) -> tuple[float, float]:
+              gpu_type: str | None = None, profile: ThroughputTable | None = None,
+              gpus: int | None = None) -> tuple[float, float]:
     """(seconds per iteration, per-event charge) of a job, alone or sharing its GPUs.
 
     Sharing: a pair whose co-located throughputs are profiled (Gavel's space sharing) runs at
@@ -112,7 +115,7 @@ def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel,
     simulator does.
     """
     if len(colocated) < 2:
-        return model.iteration_time(spec, gpu_type), model.per_event(spec)
+        return model.iteration_time(spec, gpu_type, gpus), model.per_event(spec)
     charge = sum(model.per_event(m) for m in colocated)
     shared = _profiled_pair(spec, colocated, gpu_type, profile)
     if shared is not None:

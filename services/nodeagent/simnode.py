@@ -17,7 +17,15 @@ from dataclasses import dataclass
 
 from schemas import subjects
 from schemas.cluster import NodeSpec
-from schemas.events import CycleStarted, Envelope, JobFinished, Launch, NodeCommand, NodeStatus
+from schemas.events import (
+    CycleStarted,
+    Envelope,
+    JobFinished,
+    Launch,
+    NodeCommand,
+    NodeStatus,
+    gpu_count,
+)
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.overhead import OverheadModel, advance, job_rates
@@ -102,19 +110,21 @@ class SimNodeCore(CoreDefaults):
             if run.leader:
                 members = [self.jobs[j].spec for j in launch.colocated if j in self.jobs]
                 run.iteration_s, run.per_event_s = job_rates(
-                    run.spec, members, self.overhead, self.node.gpu_type, self.profile)
+                    run.spec, members, self.overhead, self.node.gpu_type, self.profile,
+                    gpu_count(launch.placement))
                 effects.append(run.finish_timer(now))
         return effects
 
     def _launch(self, launch: Launch, now: float) -> _Run:
         spec = launch.spec
+        gpus = gpu_count(launch.placement)
         run = _Run(
             spec=spec,
             leader=launch.placement[0][0] == self.node.node_id,
             remaining=spec.iterations - launch.iterations_done,
             last=now,
-            ready_at=now + self.overhead.restart(spec),
-            iteration_s=self.overhead.iteration_time(spec, self.node.gpu_type),
+            ready_at=now + self.overhead.restart(spec, gpus),
+            iteration_s=self.overhead.iteration_time(spec, self.node.gpu_type, gpus),
             per_event_s=self.overhead.per_event(spec),
         )
         self.jobs[spec.job_id] = run

@@ -10,8 +10,10 @@ same pure progress model the node agents use (`services.nodeagent.overhead.advan
 report from a node (a stop, a finish, a heartbeat) overrides it. In a simulation the estimate is
 exact, so no per-cycle status round trip is needed.
 
-Cycles are event-driven (an arrival, a completion or a policy wake-up asks for one) or
-round-based (one every `round_s`), chosen per run.
+Cycles are event-driven (an arrival, a completion or a policy wake-up asks for one),
+round-based (one every `round_s`), or slotted (event-driven, but at the next multiple of
+`round_s`, so the events of one slot share one cycle: ElasticFlow's scheduling slots), chosen
+per run.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from schemas.events import (
     NodeStatus,
     PlanDecided,
     Stop,
+    gpu_count,
 )
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
@@ -55,7 +58,7 @@ from services.runtime.effects import (
 from services.runtime.service import CoreDefaults, Subscribe
 from services.scheduler.lifecycle import Transition, check
 
-Replan = Literal["event", "round"]
+Replan = Literal["event", "round", "slot"]
 NAME = "scheduler"
 
 
@@ -71,8 +74,8 @@ class SchedulerConfig:
     free_at_once: bool = False
 
     def __post_init__(self) -> None:
-        if self.replan not in ("event", "round"):
-            raise ValueError(f"replan must be 'event' or 'round', not {self.replan!r}")
+        if self.replan not in ("event", "round", "slot"):
+            raise ValueError(f"replan must be 'event', 'round' or 'slot', not {self.replan!r}")
         if self.round_s <= 0:
             raise ValueError("round_s must be positive")
         if self.placement is not None and self.placement not in SCHEMES:
@@ -101,8 +104,9 @@ class JobRecord:
     history: list[Transition] = field(default_factory=list)
 
     def view(self) -> JobView:
-        return JobView.make(self.spec, self.state is JobState.RUNNING, self.iterations_done,
-                            self.attained_s, self.preemptions)
+        running = self.state is JobState.RUNNING
+        return JobView.make(self.spec, running, self.iterations_done, self.attained_s,
+                            self.preemptions, gpu_count(self.placement) if running else 0)
 
 
 def _admission_order(rec: JobRecord) -> int:
@@ -255,7 +259,14 @@ class SchedulerCore(CoreDefaults):
             return []
         self._cycle_requested = True
         self._trigger = trigger
-        return [SetTimer("cycle", now, PRIORITY_CYCLE)]
+        return [SetTimer("cycle", self._aligned(now), PRIORITY_CYCLE)]
+
+    def _aligned(self, t: float) -> float:
+        """Slotted runs act at the next slot boundary (t itself if on one); others at t."""
+        if self.config.replan != "slot":
+            return t
+        r = self.config.round_s
+        return math.ceil(t / r) * r
 
     def _cycle(self, key: Hashable, now: float) -> list[Effect]:
         self.cycle += 1
@@ -332,11 +343,12 @@ class SchedulerCore(CoreDefaults):
             # What the node agent will do with this launch (see module docstring).
             rec.remaining = rec.spec.iterations - rec.iterations_done
             rec.progress_at = now
-            rec.ready_at = now + model.restart(rec.spec)
+            size = gpu_count(slots)
+            rec.ready_at = now + model.restart(rec.spec, size)
             members = [self.jobs[j].spec for j in group]
             gpu_type = self.topology.type_of.get(slots[0][0])
             rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model, gpu_type,
-                                                         self.config.profile)
+                                                         self.config.profile, size)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done, colocated=group))
             transitions.append(self._transition(rec, JobState.RUNNING, cause, now))
@@ -349,10 +361,11 @@ class SchedulerCore(CoreDefaults):
                 cycle=self.cycle, launches=tuple(launches), stops=tuple(stops),
                 running=len(self._running), busy_gpus=busy)))
         effects += transitions
-        if self.config.replan == "event":
+        if self.config.replan != "round":
             # Always re-arm or clear: a stale wake-up would add a cycle the policy did not ask for.
             if plan.wakeup_at is not None:
-                effects.append(SetTimer("wakeup", plan.wakeup_at, PRIORITY_INPUT))
+                effects.append(SetTimer("wakeup", max(self._aligned(plan.wakeup_at), now),
+                                        PRIORITY_INPUT))
             elif self._wakeup_armed:
                 effects.append(CancelTimer("wakeup"))
             self._wakeup_armed = plan.wakeup_at is not None
@@ -364,7 +377,7 @@ class SchedulerCore(CoreDefaults):
         check(rec.state, state, rec.spec.job_id)
         rec.history.append(Transition(now, rec.state, state, cause))
         previous, rec.state = rec.state, state
-        gpus = rec.spec.gpus if state is JobState.RUNNING else 0
+        gpus = gpu_count(rec.placement) if state is JobState.RUNNING else 0
         return Publish(subjects.JOB_TRANSITION, JobTransition(
             job_id=rec.spec.job_id, state=state, previous=previous, cause=cause, gpus=gpus,
             placement=rec.placement if state is JobState.RUNNING else (),

@@ -73,6 +73,8 @@ def test_rejected_and_best_effort_jobs() -> None:
     _feed(m, 20, _tr("be", F, R))
     s = m.summary()
     assert s["rejected"] == 1 and s["deadline_ratio"] == 0.0  # best-effort excluded
+    assert (s["deadline_jobs"], s["declined"], s["deadline_met"]) == (1, 1, 0)
+    assert s["best_effort_avg_jct_s"] == 20.0
 
 
 @pytest.mark.parametrize(("n", "q", "index"), [(100, 0.99, 99), (1000, 0.99, 990), (3, 0.5, 1),

@@ -135,9 +135,10 @@ def _shared_copy(path: Path) -> Path:
 @pytest.mark.skipif(not SHARED.is_dir(), reason="reference data folder not present")
 def test_bundled_files_are_byte_identical_to_the_reference_copies() -> None:
     files = [p for p in DATA.rglob("*") if p.is_file() and p.name != "ATTRIBUTION.md"]
-    # 5 licences + 15 traces + 26 cluster specs + 3 size distributions, and Gavel's 2
-    # throughput tables, 15 msr + 8 physical-cluster traces and 2 cluster-spec JSONs
-    assert len(files) == 76
+    # 5 licences + 15 traces + 26 cluster specs + 3 size distributions + ElasticFlow's 13
+    # scaling tables, and Gavel's 2 throughput tables, 15 msr + 8 physical-cluster traces and
+    # 2 cluster-spec JSONs
+    assert len(files) == 89
     for path in files:
         assert path.read_bytes() == _shared_copy(path).read_bytes(), path
 
