@@ -288,15 +288,16 @@ class CyclePlacement:
     def _spread(self, nodes: list[_Node], switches: list[list[_Node]], gpus: int,
                 displace: bool) -> GpuSlots | None:
         """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can."""
-        ranked = sorted(switches, key=lambda ms: -sum(n.available(displace) for n in ms))
-        best = ranked[0]
-        pool = best if sum(n.available(displace) for n in best) >= gpus else nodes
-        if sum(n.available(displace) for n in pool) < gpus:
+        avail = {id(n): n.available(displace) for n in nodes}
+        best = max(switches, key=lambda ms: sum(avail.get(id(n), 0) for n in ms))
+        in_best = sum(avail.get(id(n), 0) for n in best)
+        pool = best if in_best >= gpus else nodes
+        if (in_best if pool is best else sum(avail.values())) < gpus:
             return None
         need = gpus
         slots: list[tuple[str, tuple[int, ...]]] = []
-        for node in sorted(pool, key=lambda n: -n.available(displace)):
-            k = min(need, node.available(displace))
+        for node in sorted(pool, key=lambda n: -avail.get(id(n), 0)):
+            k = min(need, avail.get(id(node), 0))
             if k:
                 slots.append((node.node_id, node.take(k)))
                 need -= k
