@@ -3,7 +3,7 @@
     loom sim        run one policy on a trace (memory bus, or NATS JetStream with --bus nats)
     loom compare    run several policies on the same trace, in parallel, and print one table
     loom sweep      avg JCT against input job rate, policies × rates × seeds (Gavel's method)
-    loom gen-trace  write a synthetic trace in Gavel's format, drawn as Gavel draws it
+    loom gen-trace  write a synthetic trace drawn as Gavel's or ElasticFlow's generator draws it
     loom policies   list the registered policies
     loom traces     list the bundled traces and clusters
 """
@@ -33,6 +33,7 @@ from services.placer.core import SCHEMES
 from services.runtime.logging import configure
 from services.runtime.natsserver import NatsServerError
 from traces import TraceError, bundled_clusters, bundled_traces, load_throughputs
+from traces.elasticflow_generator import generate_elasticflow_jobs, write_elasticflow_trace
 from traces.gavel_generator import DISTRIBUTIONS, generate_gavel_jobs, write_gavel_trace
 
 # Wide enough for the results table when piped to a file or CI log.
@@ -151,14 +152,25 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", type=Path, help="output directory (default runs/sweep-<cluster>)")
     sweep.add_argument("--log-level", default="warning", help="service log level (default warning)")
 
-    gen = sub.add_parser("gen-trace", help="write a synthetic trace in Gavel's format")
-    gen.add_argument("generator", choices=("gavel",), help="gavel: traces.gavel_generator")
+    gen = sub.add_parser("gen-trace", help="write a synthetic trace as Gavel's or "
+                                           "ElasticFlow's generator draws it")
+    gen.add_argument("generator", choices=("gavel", "elasticflow"),
+                     help="gavel: traces.gavel_generator, Gavel's 10-field format; elasticflow: "
+                          "traces.elasticflow_generator, ElasticFlow's deadline CSV")
     gen.add_argument("--jobs", type=int, required=True, help="number of jobs")
     arrivals = gen.add_mutually_exclusive_group(required=True)
     arrivals.add_argument("--lam", help="mean inter-arrival time in seconds (0: all at t=0)")
     arrivals.add_argument("--rate", help="input job rate in jobs per hour (lam = 3600 / rate)")
     gen.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     _add_gavel_job_options(gen, "trace")
+    gen.set_defaults(distribution=None)  # None: not given, so elasticflow can refuse it
+    ef = gen.add_argument_group("elasticflow only (always multi-GPU, as the artifact)")
+    ef.add_argument("--gpu-type", choices=("A100", "T4"),
+                    help="ElasticFlow throughput table for the iterations (default A100)")
+    ef.add_argument("--min-ddl", help="deadline factor U(min, max) × duration (default 0.5)")
+    ef.add_argument("--max-ddl", help="(default 1.5)")
+    ef.add_argument("--best-effort", help="share of best-effort jobs, 0 to 1 (default 0)")
+    ef.add_argument("--max-gpus", type=int, help="most GPUs for a job (default 16)")
     gen.add_argument("--out", type=Path, required=True, help="trace file to write")
 
     sub.add_parser("policies", help="list registered policies")
@@ -316,10 +328,15 @@ def cmd_gen_trace(args: argparse.Namespace) -> int:
         lam = _number("--lam", args.lam)
         if lam < 0:
             raise ValueError(f"--lam: {args.lam!r} must be 0 or more seconds")
+    if args.generator == "elasticflow":
+        return _gen_elasticflow(args, lam)
+    for flag in ("gpu_type", "min_ddl", "max_ddl", "best_effort", "max_gpus"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to elasticflow traces only")
     try:
         jobs = generate_gavel_jobs(
             args.jobs, lam, args.seed, multi_gpu=args.multi_gpu,
-            multi_priority=args.multi_priority, distribution=args.distribution,
+            multi_priority=args.multi_priority, distribution=args.distribution or "trace",
             throughputs=load_throughputs(args.throughputs) if args.throughputs else None,
         )
     except KeyError as exc:  # a job type the profile lacks
@@ -327,6 +344,35 @@ def cmd_gen_trace(args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_gavel_trace(jobs, args.out)
     out.print(f"wrote {args.out}: {len(jobs)} jobs, mean gap {lam:g} s, Gavel's 10-field format")
+    return 0
+
+
+def _gen_elasticflow(args: argparse.Namespace, lam: float) -> int:
+    for flag in ("distribution", "throughputs"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag} applies to gavel traces only")
+    min_ddl = 0.5 if args.min_ddl is None else _number("--min-ddl", args.min_ddl)
+    max_ddl = 1.5 if args.max_ddl is None else _number("--max-ddl", args.max_ddl)
+    if not 0 <= min_ddl <= max_ddl:
+        raise ValueError(f"--min-ddl, --max-ddl: need 0 <= {min_ddl:g} <= {max_ddl:g}")
+    share = 0.0 if args.best_effort is None else _number("--best-effort", args.best_effort)
+    if not 0 <= share <= 1:
+        raise ValueError(f"--best-effort: {args.best_effort!r} must be between 0 and 1")
+    max_gpus = 16 if args.max_gpus is None else args.max_gpus
+    if max_gpus < 1:
+        raise ValueError(f"--max-gpus: {max_gpus} must be at least 1")
+    gpu_type = args.gpu_type or "A100"
+    try:
+        jobs = generate_elasticflow_jobs(
+            args.jobs, lam, args.seed, gpu_type=gpu_type, max_scale_factor=max_gpus,
+            min_ddl=min_ddl, max_ddl=max_ddl, best_effort_percentage=share,
+            multi_priority=args.multi_priority,
+        )
+    except ValueError as exc:  # a template the throughput table lacks (every one for T4)
+        raise ValueError(f"--gpu-type {gpu_type}: {exc}") from None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_elasticflow_trace(jobs, args.out)
+    out.print(f"wrote {args.out}: {len(jobs)} jobs, mean gap {lam:g} s, ElasticFlow's CSV format")
     return 0
 
 

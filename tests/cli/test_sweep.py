@@ -17,6 +17,7 @@ from loom.sweep import default_window, window_jct
 from schemas.job import JobState
 from services.metrics.core import JobOutcome
 from traces import load_trace
+from traces.elasticflow_generator import main as ef_generator_main
 from traces.gavel_generator import main as generator_main
 
 POLICIES = ("fifo-perf", "max-min-fairness-perf")
@@ -266,3 +267,70 @@ def test_bad_throughputs_exit_2_and_write_nothing(
     assert main([*command, "--throughputs", str(path), "--out", str(tmp_path / "out")]) == 2
     assert message in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "out").exists()
+
+
+EF_SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "data" / "elasticflow"
+
+
+@pytest.mark.parametrize(
+    ("loom_args", "generator_args"),
+    [
+        (["--lam", "1500", "--seed", "0"], ["--lam", "1500", "--seed", "0"]),
+        (["--rate", "6", "--seed", "3", "--max-gpus", "8", "--min-ddl", "1", "--max-ddl", "2",
+          "--best-effort", "0.3", "--multi-priority"],
+         ["--lam", "600", "--seed", "3", "-s", "8", "--min-ddl", "1", "--max-ddl", "2",
+          "--best-effort-percentage", "0.3", "--multi-priority"]),
+        (["--lam", "0", "--seed", "5", "--gpu-type", "A100", "--multi-gpu"],
+         ["--lam", "0", "--seed", "5", "--gpu-type", "A100"]),
+    ],
+)  # fmt: skip
+def test_gen_trace_elasticflow_is_deterministic_and_matches_the_generator(
+    loom_args: list[str], generator_args: list[str], tmp_path: Path
+) -> None:
+    files = []
+    for i in range(2):
+        files.append(tmp_path / f"loom{i}.csv")
+        assert main(["gen-trace", "elasticflow", "--jobs", "40", *loom_args,
+                     "--out", str(files[-1])]) == 0
+    reference = tmp_path / "reference.csv"
+    assert ef_generator_main(["--num-jobs", "40", *generator_args, "--out", str(reference)]) == 0
+    assert files[0].read_bytes() == files[1].read_bytes() == reference.read_bytes()
+
+
+def test_gen_trace_elasticflow_reproduces_the_artifact_and_loads(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "ef.csv"
+    assert main(["gen-trace", "elasticflow", "--jobs", "40", "--lam", "1500", "--seed", "0",
+                 "--out", str(path)]) == 0
+    assert path.read_bytes() == (EF_SAMPLES / "generate_trace_n40_lam1500_seed0.csv").read_bytes()
+    trace = load_trace(path)
+    assert trace.format == "elasticflow" and [j.job_id for j in trace.jobs] == [
+        str(i) for i in range(40)
+    ]
+    assert all(j.deadline_s is not None and j.deadline_s >= j.submit_time_s for j in trace.jobs)
+
+
+@pytest.mark.parametrize(
+    ("generator", "args", "message"),
+    [
+        ("elasticflow", ["--best-effort", "1.5"], "--best-effort: '1.5' must be between 0 and 1"),
+        ("elasticflow", ["--best-effort", "many"], "--best-effort: 'many' is not a number"),
+        ("elasticflow", ["--min-ddl", "2", "--max-ddl", "1"], "need 0 <= 2 <= 1"),
+        ("elasticflow", ["--min-ddl", "-1"], "need 0 <= -1 <= 1.5"),
+        ("elasticflow", ["--max-gpus", "0"], "--max-gpus: 0 must be at least 1"),
+        ("elasticflow", ["--gpu-type", "T4"],
+         "--gpu-type T4: deepspeech2 (batch size 32) on 1 GPU(s): no T4 throughput"),
+        ("elasticflow", ["--distribution", "philly"], "--distribution applies to gavel"),
+        ("elasticflow", ["--throughputs", "x.json"], "--throughputs applies to gavel"),
+        ("gavel", ["--min-ddl", "1"], "--min-ddl applies to elasticflow traces only"),
+        ("gavel", ["--gpu-type", "A100"], "--gpu-type applies to elasticflow traces only"),
+    ],
+)  # fmt: skip
+def test_bad_gen_trace_elasticflow_input_exits_2(
+    generator: str, args: list[str], message: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "t.csv"
+    argv = ["gen-trace", generator, "--jobs", "10", "--lam", "100", *args, "--out", str(out)]
+    assert main(argv) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert not out.exists()
