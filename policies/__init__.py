@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from policies.allox import AlloX
 from policies.base import Policy
+from policies.edf import Edf
 from policies.fifo import Fifo
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
@@ -36,6 +37,8 @@ REGISTRY: dict[str, type[Policy]] = {
         FifoRandom, FifoPerf, MinMakespan, MinCost, MinCostSlo, AlloX,
         MaxMinFairnessPacked, Gandiva, MaxMinFairnessWaterFilling,
         MaxMinFairnessWaterFillingPerf,
+        # ElasticFlow's deadline baselines (slotted)
+        Edf,
     )
 }
 

@@ -11,9 +11,9 @@ report from a node (a stop, a finish, a heartbeat) overrides it. In a simulation
 exact, so no per-cycle status round trip is needed.
 
 Cycles are event-driven (an arrival, a completion or a policy wake-up asks for one),
-round-based (one every `round_s`), or slotted (event-driven, but at the next multiple of
-`round_s`, so the events of one slot share one cycle: ElasticFlow's scheduling slots), chosen
-per run.
+round-based (one every `round_s`), or slotted (event-driven, but never sooner than `round_s`
+after the previous cycle, so events closer together share one cycle: ElasticFlow's scheduling
+slots, which its simulator counts from the last event handled), chosen per run.
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ class SchedulerCore(CoreDefaults):
         self._cycle_requested = False
         self._tick_armed = False
         self._wakeup_armed = False
+        self._last_cycle_at: float | None = None
         self._trigger = "start"
         self.last_plan: Plan | None = None
 
@@ -262,14 +263,14 @@ class SchedulerCore(CoreDefaults):
         return [SetTimer("cycle", self._aligned(now), PRIORITY_CYCLE)]
 
     def _aligned(self, t: float) -> float:
-        """Slotted runs act at the next slot boundary (t itself if on one); others at t."""
-        if self.config.replan != "slot":
+        """Slotted runs act a slot after the previous cycle at the earliest; others at t."""
+        if self.config.replan != "slot" or self._last_cycle_at is None:
             return t
-        r = self.config.round_s
-        return math.ceil(t / r) * r
+        return max(t, self._last_cycle_at + self.config.round_s)
 
     def _cycle(self, key: Hashable, now: float) -> list[Effect]:
         self.cycle += 1
+        self._last_cycle_at = now
         self._cycle_requested = False
         effects: list[Effect] = []
         if self._running:

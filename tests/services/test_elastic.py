@@ -75,15 +75,15 @@ def test_levels_respect_min_and_max_gpus() -> None:
 
 
 def test_slotted_replanning_merges_the_events_of_a_slot() -> None:
-    # Slots of 60 s: jobs arriving at 10 s and 30 s both start at 60 s, in one cycle.
-    jobs = [elastic("a", 10.0).model_copy(update={"max_gpus": 2}),
-            elastic("b", 30.0).model_copy(update={"max_gpus": 2})]
+    # Slots of 60 s counted from the last cycle (ElasticFlow): a arrives at 10 s and is planned
+    # at once; b (30 s) and c (50 s) arrive within the slot and share one cycle at 70 s.
+    jobs = [elastic(jid, t).model_copy(update={"max_gpus": 1})
+            for jid, t in (("a", 10.0), ("b", 30.0), ("c", 50.0))]
     result = simulate(jobs, "test-slotted", cluster(1, 4))
-    starts = {j.job_id: j.start_s for j in result.jobs}
-    assert starts == {"a": 60.0, "b": 60.0}
+    assert {j.job_id: j.start_s for j in result.jobs} == {"a": 10.0, "b": 70.0, "c": 70.0}
     assert result.summary["replan"] == "slot"
     faster = simulate(jobs, "test-slotted", cluster(1, 4), round_s=20.0)
-    assert {j.job_id: j.start_s for j in faster.jobs} == {"a": 20.0, "b": 40.0}
+    assert {j.job_id: j.start_s for j in faster.jobs} == {"a": 10.0, "b": 30.0, "c": 50.0}
 
 
 def test_elasticflow_traces_get_their_scaling_profile() -> None:
