@@ -21,7 +21,7 @@ def test_entry_is_well_formed(name: str) -> None:
     assert cls.name == name
     assert cls.description.strip() and "\n" not in cls.description
     assert cls.placement in ("consolidated", "count")
-    assert cls.replan in ("event", "round")
+    assert cls.replan in ("event", "round", "slot")
 
 
 @pytest.mark.parametrize("name", NAMES)
