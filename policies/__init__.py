@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from policies.allox import AlloX
 from policies.base import Policy
-from policies.edf import Edf
+from policies.edf import Edf, EdfAccessControl
 from policies.fifo import Fifo
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
@@ -38,7 +38,7 @@ REGISTRY: dict[str, type[Policy]] = {
         MaxMinFairnessPacked, Gandiva, MaxMinFairnessWaterFilling,
         MaxMinFairnessWaterFillingPerf,
         # ElasticFlow's deadline baselines (slotted)
-        Edf,
+        Edf, EdfAccessControl,
     )
 }
 

@@ -92,6 +92,8 @@ class Plan:
     # Jobs that share GPUs (all members, sorted), for each member; jobs alone are absent.
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     blocked: dict[str, Status] = field(default_factory=dict)  # examined, did not fit
+    # Waiting jobs the policy refuses for good (admission control), with the reason.
+    declined: dict[str, str] = field(default_factory=dict)
     wakeup_at: float | None = None  # re-plan then even if nothing arrives or finishes
     # Where the walk ended, to explain jobs it never reached (see `status_for_waiting`).
     free_gpus: int = 0

@@ -15,9 +15,11 @@ the earlier-deadline jobs took now, which is what this module computes.
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot
 from schemas.status import Status, StatusCode
+from schemas.throughputs import ThroughputTable
 
 
 def deadline_key(job: JobView) -> tuple[float, float, str]:
@@ -80,3 +82,123 @@ class Edf(Policy):
         reason = blocked.reason if blocked is not None else "earlier deadlines hold the GPUs"
         return Status(code=StatusCode.WAITING_FOR_PRIORITY, reason=reason, decided_by=self.name,
                       queue_position=self._position.get(job_id))
+
+
+class _Profile:
+    """Free GPUs over time as ElasticFlow plans them: breakpoint → free GPUs from then on."""
+
+    def __init__(self, now: float, gpus: int) -> None:
+        self.free: dict[float, int] = {now: gpus}
+
+    def sorted(self) -> list[float]:
+        return sorted(self.free)
+
+
+def _merge(free: dict[float, int]) -> dict[float, int]:
+    """Drop breakpoints that repeat the previous value (the artifact's `merge_dict`)."""
+    out: dict[float, int] = {}
+    last: int | None = None
+    for t in sorted(free):
+        if free[t] != last:
+            out[t] = free[t]
+            last = free[t]
+    return out
+
+
+def _align(start: float, t: float, slot: float) -> float:
+    n, rest = divmod(t - start, slot)
+    return start + (n + (1 if rest > 0 else 0)) * slot
+
+
+def plan_edf(job: JobView, profile: _Profile, now: float, total: int, slot: float) -> bool:
+    """Plan one job into the free-GPU profile after the earlier-deadline jobs (the artifact's
+    `edf_sim_allocation`); True if its estimated end meets its deadline.
+
+    Each period between breakpoints it runs at its base quota if that many GPUs are free, else
+    at the largest level that fits; after the last breakpoint the whole cluster is free again.
+    End times are rounded up to whole seconds, as the artifact's are.
+    """
+    spec = job.spec
+    deadline = math.inf if spec.deadline_s is None or spec.best_effort else spec.deadline_s
+    rate = {g: 1.0 / spec.iteration_time_at(g) for g in spec.gpu_levels}
+    quota = min(max(spec.gpu_levels), total)
+    left = job.remaining_iterations
+    free = profile.free
+    new = dict(free)
+    ok = True
+    at = now
+    available = free[now]
+    for t in sorted(free):
+        if t <= at:
+            available = free[t]
+            continue
+        if available >= 1 and quota > 0:
+            use = quota if available >= quota else max(
+                (g for g in spec.gpu_levels if g <= available), default=0)
+            if use:
+                end = math.ceil(at + left / rate[use])
+                if t >= end:
+                    before_end = total  # free GPUs at the last breakpoint before the end
+                    for u in sorted(free):
+                        if at <= u < end:
+                            before_end = new[u]
+                            new[u] -= use
+                    if at != end:
+                        new[at] = available - use
+                    if end not in free:
+                        new[_align(now, end, slot)] = before_end
+                    profile.free = _merge(new)
+                    return ok and end <= deadline
+                left -= (t - at) * rate[use]
+                new[at] = new.get(at, available) - use
+        available = new[t]
+        at = t
+        if at > deadline:
+            ok = False
+    end = math.ceil(at + left / rate[quota])
+    new[at] = total - quota
+    new[_align(now, end, slot)] = total
+    profile.free = _merge(new)
+    return ok and end <= deadline
+
+
+class EdfAccessControl(Edf):
+    name = "edf-accessctrl"
+    description = "EDF that declines a new job when the EDF plan then misses a deadline"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slot_s = 60.0
+        self.admitted: set[str] = set()
+        self.accepted = 0
+        self.declined = 0
+
+    def configure(self, *, seed: int, round_s: float,
+                  profile: ThroughputTable | None = None) -> None:
+        self.slot_s = round_s
+
+    def job_removed(self, job_id: str) -> None:
+        super().job_removed(job_id)
+        self.admitted.discard(job_id)
+
+    def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
+        total = snap.cluster.total_gpus
+        declined: dict[str, str] = {}
+        for job in snap.jobs.values():  # admission order: the artifact tests them in turn
+            if job.job_id in self.admitted:
+                continue
+            trial = sorted([snap.jobs[j] for j in self.admitted] + [job], key=deadline_key)
+            profile = _Profile(snap.now, total)
+            feasible = all([plan_edf(j, profile, snap.now, total, self.slot_s) for j in trial])
+            if feasible or job.spec.best_effort:
+                self.admitted.add(job.job_id)
+                self.accepted += 1
+            else:
+                declined[job.job_id] = "its deadline cannot be met beside the admitted jobs"
+                self.declined += 1
+        admitted = Snapshot(snap.now, snap.cluster,
+                            MappingProxyType({j: v for j, v in snap.jobs.items()
+                                              if j in self.admitted}), snap.running)
+        plan = super().plan(admitted, fit)
+        plan.declined = declined
+        return plan

@@ -316,6 +316,16 @@ class SchedulerCore(CoreDefaults):
         transitions: list[Effect] = []
         stops: list[Stop] = []
         launches: list[Launch] = []
+        for jid, reason in plan.declined.items():
+            rec = self.jobs[jid]
+            if rec.state is not JobState.QUEUED or jid in plan.run:
+                raise ValueError(f"policy declined job {jid}, which is {rec.state}")
+            del self._views[jid]
+            self.policy.job_removed(jid)
+            rec.ended_at = now
+            rec.status = Status(code=StatusCode.REJECTED_BY_POLICY, reason=reason,
+                                decided_by=self.policy.name)
+            transitions.append(self._transition(rec, JobState.REJECTED, reason, now))
         for jid in [j for j in self._running if j not in plan.run]:
             rec = self._running.pop(jid)
             rec.preemptions += 1
