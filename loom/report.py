@@ -54,14 +54,25 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("policy", "policy", 0), ("finished", "done", 0), ("avg_jct_s", "avg JCT", 0),
     ("p50_jct_s", "p50 JCT", 0), ("p99_jct_s", "p99 JCT", 0), ("makespan_s", "makespan", 0),
     ("avg_queueing_s", "avg queue", 0), ("gpu_util", "util", 3),
-    ("deadline_ratio", "deadline", 3), ("preemptions", "preempt", 0), ("wall_s", "wall", 2),
+    ("deadline_ratio", "deadline", 3), ("deadline_met", "met", 0), ("declined", "declined", 0),
+    ("preemptions", "preempt", 0), ("wall_s", "wall", 2),
 )
+
+
+def _shown(key: str, summaries: Sequence[dict[str, object]]) -> bool:
+    """A column appears when it says something: deadline counts only for deadline traces,
+    declined jobs only under admission control."""
+    if key == "deadline_met":
+        return any(s.get("deadline_jobs") for s in summaries)
+    if key == "declined":
+        return any(s.get("declined") for s in summaries)
+    return any(s.get(key) is not None for s in summaries)
 
 
 def results_table(summaries: Sequence[dict[str, object]], title: str) -> Table:
     jobs = summaries[0].get("jobs") if summaries else None
     table = Table(title=f"{title} — {jobs} jobs, times in seconds", title_justify="left")
-    show = [c for c in COLUMNS if any(s.get(c[0]) is not None for s in summaries)]
+    show = [c for c in COLUMNS if _shown(c[0], summaries)]
     for _, header, _ in show:
         table.add_column(header, justify="left" if header == "policy" else "right")
     for s in summaries:

@@ -133,3 +133,17 @@ def test_listings(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["traces"]) == 0
     out = capsys.readouterr().out
     assert "muri/trace1" in out and "n8g8" in out
+
+
+@pytest.mark.parametrize(("summary", "headers"), [
+    ({"policy": "srtf", "deadline_jobs": 0, "declined": 0}, set()),
+    ({"policy": "edf", "deadline_jobs": 5, "deadline_met": 2, "declined": 0}, {"met"}),
+    ({"policy": "edf-accessctrl", "deadline_jobs": 5, "deadline_met": 2, "declined": 3},
+     {"met", "declined"}),
+])
+def test_results_table_shows_deadline_counts_only_when_they_mean_something(
+        summary: dict[str, object], headers: set[str]) -> None:
+    from loom.report import results_table
+
+    shown = {str(c.header) for c in results_table([summary], "t").columns}
+    assert shown & {"met", "declined"} == headers
