@@ -24,7 +24,9 @@ def encode(env: Envelope) -> bytes:
 
 def decode(payload: bytes) -> Envelope:
     try:
-        data = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+        # Non-string keys are allowed: an elastic job's scaling profile is keyed by GPU count.
+        # Whatever comes out is validated field by field below.
+        data = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types
         raise CodecError(f"not msgpack: {exc}") from exc
     return _validate(data)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from loom.simulate import SimConfig, SimResult, run_simulation
@@ -10,6 +13,8 @@ from services.runtime.natsserver import EmbeddedNats
 from tests.builders import cluster
 from tests.integration.pipeline import generated_trace
 from traces import load_cluster, load_trace
+from traces.gavel_generator import generate_gavel_jobs, write_gavel_trace
+from traces.scaling import load_scaling, with_scaling
 
 POLICIES = ("fifo", "srtf", "tiresias")
 SEED = 11
@@ -118,3 +123,33 @@ async def test_interleaved_groups_are_identical_on_both_buses() -> None:
     assert mem.summary["decision_digest"] == nats.summary["decision_digest"]
     assert _ends(mem) == _ends(nats)
     assert float(mem.summary["gpu_util"]) <= 1.0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("policy", "kind"), [
+    ("max-min-fairness-perf", "gavel"),   # per-GPU-type speeds, rounds
+    ("max-min-fairness-packed", "gavel"),  # co-located pairs at profiled rates
+    ("edf-accessctrl", "elastic"),         # GPU-count maps (int keys) and declined jobs
+])
+async def test_profiled_jobs_make_identical_decisions_over_nats(
+    policy: str, kind: str, nats_server: EmbeddedNats
+) -> None:
+    if kind == "gavel":
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_gavel_trace(generate_gavel_jobs(24, lam=300.0, seed=3, multi_gpu=True),
+                                     Path(tmp) / "g.trace")
+            loaded = load_trace(path)
+        jobs, cl, profile = list(loaded.jobs), load_cluster("4:4:4", 4), loaded.profile
+    else:
+        loaded = load_trace("elasticflow/elasticVpollux_e")
+        jobs = list(with_scaling(loaded.jobs[:30], load_scaling("T4")))
+        cl, profile = load_cluster("elasticflow/n16g4"), None
+
+    def cfg(bus: str, url: str | None = None) -> SimConfig:
+        return SimConfig(policy=policy, jobs=jobs, cluster=cl, bus=bus,  # type: ignore[arg-type]
+                         nats_url=url, profile=profile, overhead="none")
+
+    mem = await run_simulation(cfg("memory"))
+    nats = await run_simulation(cfg("nats", nats_server.url))
+    assert mem.summary["errors"] == 0 and nats.summary["errors"] == 0
+    assert mem.summary["decision_digest"] == nats.summary["decision_digest"]
+    assert _ends(mem) == _ends(nats)

@@ -18,13 +18,20 @@ from schemas.status import Status, StatusCode
 
 SPEC = JobSpec(job_id="j1", model="resnet50", gpus=4, iterations=1000, iteration_time_s=0.25,
                submit_time_s=12.5, stage_times_s=(0.1, 0.1, 0.05), deadline_s=9000.0)
+# Heterogeneous and elastic profiles: maps keyed by GPU type and by GPU count (int keys).
+PROFILED = SPEC.model_copy(update={
+    "job_id": "j2", "job_type": "ResNet-50 (batch size 64)", "weight": 2.0,
+    "throughputs": {"v100": 4.0, "k80": 0.6}, "scaling": {1: 1.0, 2: 1.9, 4: 3.5},
+    "min_gpus": 1, "max_gpus": 4})
 
 BODIES = [
     SubmitJob.from_spec(SPEC),
     JobTransition(job_id="j1", state=JobState.RUNNING, previous=JobState.QUEUED, cause="started",
                   gpus=4, placement=(("n0", (0, 1)), ("n1", (2, 3))), spec=SPEC,
                   status=Status(code=StatusCode.RUNNING, reason="x", decided_by="srtf")),
-    PlanDecided(cycle=3, launches=(Launch(job_id="j1", spec=SPEC, placement=(("n0", (0,)),)),),
+    PlanDecided(cycle=3, launches=(Launch(job_id="j1", spec=SPEC, placement=(("n0", (0,)),)),
+                                   Launch(job_id="j2", spec=PROFILED,
+                                          placement=(("n1", (0, 1)),))),
                 stops=(Stop(job_id="j2", reason="preempted"),), running=1, busy_gpus=4),
     DeadLetter(subject="loom.jobs.submit", service="scheduler", reason="bad", payload=b"\x00\xff"),
 ]
