@@ -61,8 +61,6 @@ ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     t0 = time.perf_counter()
     policy = policies.make(cfg.policy)
-    policy.configure(seed=cfg.seed, round_s=cfg.round_s or (
-        DEFAULT_SLOT_S if policy.replan == "slot" else 360.0), profile=cfg.profile)
     overhead = parse_overhead(cfg.overhead)
     # --round-s sets a slotted policy's slot; it makes any other policy round-based.
     replan: Replan
@@ -71,6 +69,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
     else:
         replan = "round" if cfg.round_s is not None else policy.replan
         period = cfg.round_s or 360.0
+    policy.configure(seed=cfg.seed, round_s=period, profile=cfg.profile)
     sched_cfg = SchedulerConfig(replan=replan, round_s=period, overhead=overhead,
                                 placement=cfg.placement,  # type: ignore[arg-type]
                                 profile=cfg.profile, free_at_once=cfg.free_at_once)

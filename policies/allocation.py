@@ -54,11 +54,7 @@ class AllocationInput:
     def from_snapshot(cls, snap: Snapshot, types: tuple[str, ...]) -> AllocationInput:
         jobs = list(snap.jobs.values())  # the scheduler keeps them in admission order
         m, n = len(jobs), len(types)
-        tput = np.empty((m, n))
-        for i, job in enumerate(jobs):
-            rates = job.spec.throughputs or {}
-            own = 1.0 / job.spec.iteration_time_s
-            tput[i] = [rates.get(t, own) for t in types]
+        tput = np.array([[job_rate(job, t) for t in types] for job in jobs]).reshape(m, n)
         by_type = snap.cluster.gpus_by_type
         return cls(
             job_ids=tuple(j.job_id for j in jobs),

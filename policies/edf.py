@@ -84,19 +84,12 @@ class Edf(Policy):
                       queue_position=self._position.get(job_id))
 
 
-class _Profile:
-    """Free GPUs over time as ElasticFlow plans them: breakpoint → free GPUs from then on."""
-
-    def __init__(self, now: float, gpus: int) -> None:
-        self.free: dict[float, int] = {now: gpus}
-
-    def sorted(self) -> list[float]:
-        return sorted(self.free)
+Profile = dict[float, int]  # free GPUs over time as ElasticFlow plans them: breakpoint → free
 
 
-def _merge(free: dict[float, int]) -> dict[float, int]:
+def _merge(free: Profile) -> Profile:
     """Drop breakpoints that repeat the previous value (the artifact's `merge_dict`)."""
-    out: dict[float, int] = {}
+    out: Profile = {}
     last: int | None = None
     for t in sorted(free):
         if free[t] != last:
@@ -110,9 +103,11 @@ def _align(start: float, t: float, slot: float) -> float:
     return start + (n + (1 if rest > 0 else 0)) * slot
 
 
-def plan_edf(job: JobView, profile: _Profile, now: float, total: int, slot: float) -> bool:
+def plan_edf(job: JobView, free: Profile, now: float, total: int, slot: float
+             ) -> tuple[bool, Profile]:
     """Plan one job into the free-GPU profile after the earlier-deadline jobs (the artifact's
-    `edf_sim_allocation`); True if its estimated end meets its deadline.
+    `edf_sim_allocation`): whether its estimated end meets its deadline, and the profile with
+    the job's GPUs taken out.
 
     Each period between breakpoints it runs at its base quota if that many GPUs are free, else
     at the largest level that fits; after the last breakpoint the whole cluster is free again.
@@ -123,7 +118,6 @@ def plan_edf(job: JobView, profile: _Profile, now: float, total: int, slot: floa
     rate = {g: 1.0 / spec.iteration_time_at(g) for g in spec.gpu_levels}
     quota = min(max(spec.gpu_levels), total)
     left = job.remaining_iterations
-    free = profile.free
     new = dict(free)
     ok = True
     at = now
@@ -132,25 +126,22 @@ def plan_edf(job: JobView, profile: _Profile, now: float, total: int, slot: floa
         if t <= at:
             available = free[t]
             continue
-        if available >= 1 and quota > 0:
-            use = quota if available >= quota else max(
-                (g for g in spec.gpu_levels if g <= available), default=0)
-            if use:
-                end = math.ceil(at + left / rate[use])
-                if t >= end:
-                    before_end = total  # free GPUs at the last breakpoint before the end
-                    for u in sorted(free):
-                        if at <= u < end:
-                            before_end = new[u]
-                            new[u] -= use
-                    if at != end:
-                        new[at] = available - use
-                    if end not in free:
-                        new[_align(now, end, slot)] = before_end
-                    profile.free = _merge(new)
-                    return ok and end <= deadline
-                left -= (t - at) * rate[use]
-                new[at] = new.get(at, available) - use
+        use = edf_share(job, available, total)
+        if use:
+            end = math.ceil(at + left / rate[use])
+            if t >= end:
+                before_end = total  # free GPUs at the last breakpoint before the end
+                for u in sorted(free):
+                    if at <= u < end:
+                        before_end = new[u]
+                        new[u] -= use
+                if at != end:
+                    new[at] = available - use
+                if end not in free:
+                    new[_align(now, end, slot)] = before_end
+                return ok and end <= deadline, _merge(new)
+            left -= (t - at) * rate[use]
+            new[at] = new.get(at, available) - use
         available = new[t]
         at = t
         if at > deadline:
@@ -158,8 +149,7 @@ def plan_edf(job: JobView, profile: _Profile, now: float, total: int, slot: floa
     end = math.ceil(at + left / rate[quota])
     new[at] = total - quota
     new[_align(now, end, slot)] = total
-    profile.free = _merge(new)
-    return ok and end <= deadline
+    return ok and end <= deadline, _merge(new)
 
 
 class EdfAccessControl(Edf):
@@ -188,8 +178,11 @@ class EdfAccessControl(Edf):
             if job.job_id in self.admitted:
                 continue
             trial = sorted([snap.jobs[j] for j in self.admitted] + [job], key=deadline_key)
-            profile = _Profile(snap.now, total)
-            feasible = all([plan_edf(j, profile, snap.now, total, self.slot_s) for j in trial])
+            profile: Profile = {snap.now: total}
+            feasible = True
+            for j in trial:  # every job is planned: later ones see the earlier ones' GPUs
+                met, profile = plan_edf(j, profile, snap.now, total, self.slot_s)
+                feasible = feasible and met
             if feasible or job.spec.best_effort:
                 self.admitted.add(job.job_id)
                 self.accepted += 1

@@ -185,24 +185,22 @@ def water_filling(lp: MaxMinLp, inp: AllocationInput, throughputs: FloatArray) -
 
 
 class MaxMinFairnessPerf(RoundPolicy):
+    """The four variants differ in two flags: `aware` (per-type throughputs, else every
+    throughput 1, as Gavel's agnostic LAS) and `water_fill` (see the module docstring)."""
+
     name = "max-min-fairness-perf"
     description = "Gavel heterogeneity-aware max-min fairness (LAS) on per-type throughputs"
     aware = True
+    water_fill = False
 
     def __init__(self) -> None:
         super().__init__()
         self.lp = MaxMinLp()
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
-        return max_min_fairness(self.lp, inp, inp.throughputs)
-
-
-class MaxMinFairnessWaterFillingPerf(MaxMinFairnessPerf):
-    name = "max-min-fairness-water-filling-perf"
-    description = "Gavel heterogeneity-aware max-min fairness, raised level by level"
-
-    def allocate(self, inp: AllocationInput) -> FloatArray:
-        return water_filling(self.lp, inp, inp.throughputs)
+        rates = inp.throughputs if self.aware else np.ones(inp.shape)
+        solve = water_filling if self.water_fill else max_min_fairness
+        return solve(self.lp, inp, rates)
 
 
 class MaxMinFairness(MaxMinFairnessPerf):
@@ -210,14 +208,15 @@ class MaxMinFairness(MaxMinFairnessPerf):
     description = "Gavel max-min fairness (LAS), heterogeneity-agnostic: every throughput 1"
     aware = False
 
-    def allocate(self, inp: AllocationInput) -> FloatArray:
-        return max_min_fairness(self.lp, inp, np.ones(inp.shape))
+
+class MaxMinFairnessWaterFillingPerf(MaxMinFairnessPerf):
+    name = "max-min-fairness-water-filling-perf"
+    description = "Gavel heterogeneity-aware max-min fairness, raised level by level"
+    water_fill = True
 
 
 class MaxMinFairnessWaterFilling(MaxMinFairnessPerf):
     name = "max-min-fairness-water-filling"
     description = "Gavel max-min fairness raised level by level, heterogeneity-agnostic"
     aware = False
-
-    def allocate(self, inp: AllocationInput) -> FloatArray:
-        return water_filling(self.lp, inp, np.ones(inp.shape))
+    water_fill = True

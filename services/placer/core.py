@@ -157,7 +157,7 @@ class CyclePlacement:
         self._type_of = topo.type_of
         self._free_by_type = dict(topo.cluster.gpus_by_type)
         # Per GPU type: its nodes and its part of each switch (heterogeneous clusters only).
-        self._pools: dict[str, tuple[list[_Node], list[list[_Node]]]] = {}
+        self._pools: dict[str | None, tuple[list[_Node], list[list[_Node]]]] = {}
         if len(self._free_by_type) > 1:
             for t in self._free_by_type:
                 sw = [[n for n in group if n.gpu_type == t] for group in self._switches]
@@ -202,8 +202,7 @@ class CyclePlacement:
             return None
         if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
             return None
-        nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches)) \
-            if gpu_type is not None else (self._nodes, self._switches)
+        nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches))
         slots = self._keep(job_id, gpus, gpu_type)
         # First without touching GPUs that running jobs still hold, then allowing it.
         for displace in (False, True):
@@ -215,12 +214,8 @@ class CyclePlacement:
         if slots is not None:
             self.free_gpus -= gpus
             self.placed[job_id] = slots
-            if len(self._free_by_type) == 1:
-                for t in self._free_by_type:
-                    self._free_by_type[t] -= gpus
-            else:
-                for node_id, taken in slots:
-                    self._free_by_type[self._type_of[node_id]] -= len(taken)
+            for node_id, taken in slots:
+                self._free_by_type[self._type_of[node_id]] -= len(taken)
         return slots
 
     def _keep(self, job_id: str, gpus: int, gpu_type: str | None) -> GpuSlots | None:
