@@ -49,6 +49,11 @@ class JobBuilder:
         self._fields["iteration_time_s"] = 1.0 / ref
         return self
 
+    def scaling(self, levels: dict[int, float]) -> JobBuilder:
+        """Elastic: iterations/s of the whole job at each GPU count, usable from 1 to the top."""
+        self._fields.update(scaling=dict(levels), min_gpus=1, max_gpus=max(levels))
+        return self
+
     def weight(self, w: float) -> JobBuilder:
         self._fields["weight"] = w
         return self

@@ -14,10 +14,8 @@ from traces.scaling import load_scaling, with_scaling
 
 def elastic(jid: str, deadline: float | None, levels: dict[int, float],
             best_effort: bool = False) -> JobSpec:
-    spec = make_job(jid).iterations(1000).build()
-    update = {"scaling": levels, "min_gpus": 1, "max_gpus": max(levels),
-              "deadline_s": deadline, "best_effort": best_effort}
-    return spec.model_copy(update=update)
+    job = make_job(jid).iterations(1000).scaling(levels)
+    return (job if deadline is None else job.deadline(deadline, best_effort)).build()
 
 
 LEVELS = {1: 1.0, 2: 1.9, 4: 3.5, 8: 6.0}

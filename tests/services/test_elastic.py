@@ -49,8 +49,7 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def elastic(jid: str, submit: float = 0.0) -> JobSpec:
     # 1,000 iterations; 1 it/s on 1 GPU, 3 it/s on 4 GPUs
-    return make_job(jid).iterations(1000).submit(submit).build().model_copy(
-        update={"scaling": {1: 1.0, 2: 1.8, 4: 3.0}, "min_gpus": 1, "max_gpus": 4})
+    return make_job(jid).iterations(1000).submit(submit).scaling({1: 1.0, 2: 1.8, 4: 3.0}).build()
 
 
 def test_an_elastic_job_runs_at_its_profiled_speed_for_the_gpus_it_got() -> None:
