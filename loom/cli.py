@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import nats.errors
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import policies
@@ -38,7 +39,9 @@ from traces.gavel_generator import DISTRIBUTIONS, generate_gavel_jobs, write_gav
 
 # Wide enough for the results table when piped to a file or CI log.
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)  # one message, one line, even in a log
+# One message, one line, even in a log; user text (paths, values such as 36:x:36) printed as
+# given: no emoji codes, and markup escaped where messages are built.
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 _T = TypeVar("_T")
 
@@ -408,11 +411,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (TraceError, policies.UnknownPolicy, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
     except (OSError, NatsServerError, nats.errors.Error) as exc:
         where = getattr(args, "nats_url", None) or "the embedded nats-server"
-        err.print(f"[red]error:[/red] NATS at {where}: {type(exc).__name__}: {exc}",
+        err.print(f"[red]error:[/red] NATS at {escape(where)}: {type(exc).__name__}: "
+                  f"{escape(str(exc))}",
                   highlight=False)
         return 3
     except KeyboardInterrupt:

@@ -94,6 +94,10 @@ def test_sim_reads_a_trace_file_path(tmp_path: Path) -> None:
         (["sim", "--trace", "muri/nope", "--cluster", "n8g8", "--policy", "srtf"],
          "muri/nope: no bundled trace"),
         (["sim", "--trace", TRACE, "--cluster", "n99g99", "--policy", "srtf"], "n99g99"),
+        # user text is printed as given: no emoji codes (":x:"), no markup ("[bold]")
+        (["sim", "--trace", TRACE, "--cluster", "36:x:36", "--policy", "srtf"], "36:x:36"),
+        (["sim", "--trace", "[bold]x.csv", "--cluster", CLUSTER, "--policy", "srtf"],
+         "[bold]x.csv"),
         (["sim", "--trace", TRACE, "--cluster", CLUSTER, "--policy", "nope"],
          "unknown policy 'nope'; registered: allox, edf"),
         (["compare", "--trace", TRACE, "--cluster", CLUSTER, "--policies", "srtf,srtf"],
