@@ -12,6 +12,7 @@ from policies.fifo import Fifo
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
 from policies.gandiva import Gandiva
+from policies.gandiva_timeslice import GandivaTimeslice
 from policies.gittins import TiresiasGittins
 from policies.max_min_fairness import (
     MaxMinFairness,
@@ -38,7 +39,7 @@ REGISTRY: dict[str, type[Policy]] = {
         MaxMinFairnessPacked, Gandiva, MaxMinFairnessWaterFilling,
         MaxMinFairnessWaterFillingPerf,
         # ElasticFlow's deadline baselines (slotted)
-        Edf, EdfAccessControl,
+        Edf, EdfAccessControl, GandivaTimeslice,
     )
 }
 

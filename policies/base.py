@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
@@ -76,8 +76,10 @@ class Fitter(Protocol):
         """"consolidated", "count" or "yarn" (see services.placer.core)."""
         ...
 
-    def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None
-                  ) -> GpuSlots | None: ...
+    def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,
+                  within: Collection[str] | None = None) -> GpuSlots | None:
+        """Reserve a gang of `gpus` (of `gpu_type`; only on the nodes `within`), or None."""
+        ...
 
     def free_of(self, gpu_type: str) -> int: ...
 

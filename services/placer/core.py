@@ -22,7 +22,7 @@ same rules then apply to the nodes of that type only; without a type any node ma
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -197,13 +197,20 @@ class CyclePlacement:
         return self._free_by_type.get(gpu_type, 0)
 
     # -- placement -------------------------------------------------------------------------
-    def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None) -> GpuSlots | None:
+    def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,
+                  within: Collection[str] | None = None) -> GpuSlots | None:
+        """Reserve `gpus` GPUs (of `gpu_type`; only on the nodes `within`, when given)."""
         if gpus > self.free_gpus or gpus <= 0:
             return None
         if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
             return None
         nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches))
-        slots = self._keep(job_id, gpus, gpu_type)
+        if within is not None:
+            # A policy that partitions the cluster itself (Gandiva's node sets).
+            nodes = [n for n in nodes if n.node_id in within]
+            switches = [kept for group in switches
+                        if (kept := [n for n in group if n.node_id in within])]
+        slots = self._keep(job_id, gpus, gpu_type, within)
         # First without touching GPUs that running jobs still hold, then allowing it.
         for displace in (False, True):
             if slots is not None:
@@ -218,8 +225,9 @@ class CyclePlacement:
                 self._free_by_type[self._type_of[node_id]] -= len(taken)
         return slots
 
-    def _keep(self, job_id: str, gpus: int, gpu_type: str | None) -> GpuSlots | None:
-        """Give a running job back its own GPUs if they are all still free."""
+    def _keep(self, job_id: str, gpus: int, gpu_type: str | None,
+              within: Collection[str] | None = None) -> GpuSlots | None:
+        """Give a running job back its own GPUs if they are all still free (and allowed)."""
         if job_id not in self._held:
             return None
         held = self._held.pop(job_id)
@@ -230,6 +238,8 @@ class CyclePlacement:
         count = 0
         for node, m in held:
             if node.free & m != m or (gpu_type is not None and node.gpu_type != gpu_type):
+                return None
+            if within is not None and node.node_id not in within:
                 return None
             count += m.bit_count()
         if count != gpus:

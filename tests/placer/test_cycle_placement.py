@@ -501,3 +501,23 @@ def test_yarn_repacks_first_fit_from_an_empty_cluster() -> None:
     # 6 GPUs: the first whole node (n2) plus the first node with 2 free for the remainder.
     assert fit.try_place("c", 6) == (("n2", (0, 1, 2, 3)), ("n1", (2, 3)))
     assert fit.try_place("d", 2) is None
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_within_restricts_a_gang_to_the_named_nodes(scheme: str) -> None:
+    cl = cluster(3, 4)
+    names = [n.node_id for n in cl.nodes]
+    fit = CyclePlacement(cl, scheme)  # type: ignore[arg-type]
+    slots = fit.try_place("a", 2, within={names[2]})
+    assert slots is not None and {node for node, _ in slots} == {names[2]}
+    assert fit.try_place("b", 4, within={names[2]}) is None  # only 2 left there
+    both = fit.try_place("c", 6, within={names[0], names[2]})
+    assert both is not None and {node for node, _ in both} <= {names[0], names[2]}
+
+
+def test_within_does_not_give_a_job_back_gpus_outside_the_named_nodes() -> None:
+    cl = cluster(2, 4)
+    names = [n.node_id for n in cl.nodes]
+    fit = CyclePlacement(cl, "count", {"a": ((names[0], (0,)),)})
+    slots = fit.try_place("a", 1, within={names[1]})
+    assert slots is not None and slots[0][0] == names[1]
