@@ -1,0 +1,143 @@
+"""The live bus: one service per process, JetStream in between, wall-clock time.
+
+Unlike the simulation's bus, nothing orders deliveries across services: each subscription is
+a durable JetStream consumer of its own, named after the service and subject, so a service
+that restarts resumes after the last message it acknowledged. A message is acknowledged once
+its handler has returned (at-least-once); a handler that raises leaves it unacknowledged, and
+JetStream redelivers it up to MAX_DELIVER times. Publishing waits for JetStream's
+acknowledgement (the message is stored) and sends the envelope's `event_id` as
+`Nats-Msg-Id`, so JetStream drops a duplicate within its window. A payload no decoder accepts
+is dead-lettered on `loom.deadletter.<service>` with the reason, then acknowledged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+
+from schemas import subjects
+from schemas.codec import encode
+from schemas.events import Envelope
+from services.runtime.bus import (
+    BusStats,
+    Decoder,
+    Handler,
+    Subscription,
+    dead_letter_envelope,
+    decode_any,
+    decode_failure,
+    fallback_id,
+)
+from services.runtime.logging import get_logger
+
+MSG_ID = "Nats-Msg-Id"
+DUPLICATE_WINDOW_S = 600.0
+MAX_DELIVER = 5
+ACK_WAIT_S = 60.0
+
+_log = get_logger("loom.bus")
+
+
+def consumer_name(service: str, subject: str) -> str:
+    """A durable name per (service, subject): JetStream names allow no '.', '*' or '>'."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", service)
+    return f"{safe}-{hashlib.sha1(subject.encode()).hexdigest()[:10]}"
+
+
+async def ensure_stream(js: Any, stream: str = subjects.STREAM, prefix: str = "") -> None:
+    """Create the cluster's stream (`loom.>`, file storage) or leave an existing one as is."""
+    cfg = StreamConfig(name=stream, subjects=[f"{prefix}loom.>"],
+                       duplicate_window=DUPLICATE_WINDOW_S)
+    try:
+        await js.stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(cfg)
+
+
+class NatsLiveBus:
+    def __init__(self, nc: Any, *, service: str, now: Callable[[], float],
+                 stream: str = subjects.STREAM, prefix: str = "") -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.service = service
+        self.now = now
+        self.stream = stream
+        self.prefix = prefix
+        self.stats = BusStats()
+        self._subs: list[Any] = []
+
+    @classmethod
+    async def connect(cls, url: str, *, service: str, now: Callable[[], float],
+                      stream: str = subjects.STREAM, prefix: str = "") -> NatsLiveBus:
+        async def error(exc: Exception) -> None:
+            _log.warning("nats client error", service=service,
+                         error=f"{type(exc).__name__}: {exc}")
+
+        nc = await nats.connect(url, name=f"loom-{service}", error_cb=error,
+                                max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+        bus = cls(nc, service=service, now=now, stream=stream, prefix=prefix)
+        await ensure_stream(bus.js, stream, prefix)
+        return bus
+
+    async def publish(self, subject: str, env: Envelope) -> bool:
+        return await self.publish_raw(subject, encode(env), env.event_id)
+
+    async def publish_raw(self, subject: str, payload: bytes, msg_id: str | None = None) -> bool:
+        if not subject.startswith("loom."):
+            raise ValueError(f"subject {subject!r} is outside the cluster's stream (loom.>)")
+        headers = None if msg_id is None else {MSG_ID: msg_id}
+        ack = await self.js.publish(self.prefix + subject, payload, headers=headers,
+                                    stream=self.stream)
+        if ack.duplicate:
+            self.stats.duplicates += 1
+            return False
+        self.stats.published += 1
+        return True
+
+    async def subscribe(self, subject: str, handler: Handler, *, durable: str,
+                        decoder: Decoder = decode_any) -> None:
+        sub = Subscription(subject, durable, handler, decoder)
+
+        async def deliver(msg: Any) -> None:
+            await self._deliver(sub, msg)
+
+        self._subs.append(await self.js.subscribe(
+            self.prefix + subject, durable=consumer_name(durable, subject), stream=self.stream,
+            cb=deliver, manual_ack=True,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL,
+                                  ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S,
+                                  max_deliver=MAX_DELIVER)))
+
+    async def _deliver(self, sub: Subscription, msg: Any) -> None:
+        subject = msg.subject[len(self.prefix):]
+        fallback = fallback_id((msg.headers or {}).get(MSG_ID), msg.metadata.sequence.stream)
+        try:
+            env = sub.decoder(msg.data, fallback_id=fallback, now=self.now())
+        except Exception as exc:  # any undecodable payload is dead-lettered, then dropped
+            self.stats.dead_lettered += 1
+            dl = dead_letter_envelope(sub, subject, msg.data, decode_failure(exc), self.now(),
+                                      msg.metadata.sequence.stream)
+            await self.publish(subjects.deadletter(sub.durable), dl)
+            await msg.ack()
+            return
+        self.stats.delivered += 1
+        try:
+            await sub.handler(env)
+        except Exception:
+            # Left unacknowledged: JetStream redelivers it after ack_wait (at most MAX_DELIVER
+            # times). The shell dead-letters core failures itself, so this is the shell's own.
+            _log.exception("handler failed", service=self.service, subject=subject,
+                           event_id=env.event_id)
+            return
+        await msg.ack()
+
+    async def close(self) -> None:
+        for sub in self._subs:
+            await sub.unsubscribe()  # the durable consumers stay: a restart resumes
+        self._subs.clear()
+        await self.nc.drain()
