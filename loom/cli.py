@@ -6,6 +6,12 @@
     loom gen-trace  write a synthetic trace drawn as Gavel's or ElasticFlow's generator draws it
     loom policies   list the registered policies
     loom traces     list the bundled traces and clusters
+
+  live cluster:
+    loom up         start NATS, the control plane and local node agents
+    loom serve      run one service (scheduler, placer, metrics, injector, nodeagent)
+    loom submit     submit a job and print its id
+    loom status     jobs with state, reason, queue position, GPUs, progress and ETA
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import policies
+from loom import live_cli
 from loom.plots import jct_cdf, jct_vs_load
 from loom.report import results_table, sweep_table, write_run
 from loom.runs import RunSpec, compare, run_one
@@ -178,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("policies", help="list registered policies")
     sub.add_parser("traces", help="list bundled traces and clusters")
+    live_cli.add_live_commands(sub, _positive, _overhead)
     return parser
 
 
@@ -401,7 +409,8 @@ def cmd_traces(_: argparse.Namespace) -> int:
 
 
 COMMANDS = {"sim": cmd_sim, "compare": cmd_compare, "sweep": cmd_sweep,
-            "gen-trace": cmd_gen_trace, "policies": cmd_policies, "traces": cmd_traces}
+            "gen-trace": cmd_gen_trace, "policies": cmd_policies, "traces": cmd_traces,
+            **live_cli.COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

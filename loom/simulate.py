@@ -58,27 +58,37 @@ class SimResult:
 ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 
 
-async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
-    t0 = time.perf_counter()
-    policy = policies.make(cfg.policy)
-    overhead = parse_overhead(cfg.overhead)
+def make_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | None = None,
+                   overhead: str = "none", placement: str | None = None, seed: int = 0,
+                   profile: ThroughputTable | None = None, free_at_once: bool = False
+                   ) -> SchedulerCore:
+    """The scheduler core with its policy configured, as simulations and live runs use it."""
+    policy = policies.make(policy_name)
     # --round-s sets a slotted policy's slot; it makes any other policy round-based.
     replan: Replan
     if policy.replan == "slot":
-        replan, period = "slot", cfg.round_s or DEFAULT_SLOT_S
+        replan, period = "slot", round_s or DEFAULT_SLOT_S
     else:
-        replan = "round" if cfg.round_s is not None else policy.replan
-        period = cfg.round_s or 360.0
-    policy.configure(seed=cfg.seed, round_s=period, profile=cfg.profile)
-    sched_cfg = SchedulerConfig(replan=replan, round_s=period, overhead=overhead,
-                                placement=cfg.placement,  # type: ignore[arg-type]
-                                profile=cfg.profile, free_at_once=cfg.free_at_once)
+        replan = "round" if round_s is not None else policy.replan
+        period = round_s or 360.0
+    policy.configure(seed=seed, round_s=period, profile=profile)
+    config = SchedulerConfig(replan=replan, round_s=period, overhead=parse_overhead(overhead),
+                             placement=placement,  # type: ignore[arg-type]
+                             profile=profile, free_at_once=free_at_once)
+    return SchedulerCore(cluster, policy, config)
+
+
+async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
+    t0 = time.perf_counter()
+    scheduler = make_scheduler(cfg.policy, cfg.cluster, round_s=cfg.round_s,
+                               overhead=cfg.overhead, placement=cfg.placement, seed=cfg.seed,
+                               profile=cfg.profile, free_at_once=cfg.free_at_once)
+    overhead, replan = scheduler.config.overhead, scheduler.config.replan
 
     kernel = SimKernel()
     clock = VirtualClock(kernel)
     bus = await _make_bus(cfg, kernel)
     metrics = MetricsCore(cfg.cluster.total_gpus)
-    scheduler = SchedulerCore(cfg.cluster, policy, sched_cfg)
     cores: list[Core] = [metrics, scheduler, PlacerCore(cfg.cluster)]
     cores += [SimNodeCore(node, overhead, cfg.profile) for node in cfg.cluster.nodes]
     injector = InjectorCore(cfg.jobs)
@@ -114,7 +124,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
         "replan": replan,
         "round_s": cfg.round_s,
         "overhead": overhead.name,
-        "placement": cfg.placement or policy.placement,
+        "placement": cfg.placement or scheduler.policy.placement,
         "seed": cfg.seed,
     }
     summary.update(metrics.summary())

@@ -54,10 +54,17 @@ class _WallTimer:
 
 
 class WallClock:
-    """Seconds since `epoch` (Unix time by default), optionally sped up by `scale`."""
+    """Unix time, or `epoch` + (seconds since `origin`) × `scale`.
 
-    def __init__(self, epoch: float | None = None, scale: float = 1.0) -> None:
-        self._t0 = time.time()
+    Services of one time-scaled cluster share `epoch` and `origin` (a Unix time), so they
+    agree on the time whenever each of them started.
+    """
+
+    def __init__(self, epoch: float | None = None, scale: float = 1.0,
+                 origin: float | None = None) -> None:
+        if scale <= 0:
+            raise ValueError(f"time scale must be positive, not {scale}")
+        self._t0 = time.time() if origin is None else origin
         self._epoch = self._t0 if epoch is None else epoch
         self._scale = scale
 

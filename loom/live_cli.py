@@ -1,0 +1,169 @@
+"""The live-cluster commands: `loom serve`, `loom up`, `loom submit`, `loom status`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nats
+from rich.console import Console
+from rich.table import Table
+
+from loom.serve import SERVICES, ServeOptions, UpOptions, control_subject, serve, up
+from schemas import subjects
+from schemas.cluster import ClusterSpec
+from services.runtime.nats_live import MSG_ID, ensure_stream
+from traces import load_cluster, load_trace
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
+    s = sub.add_parser("serve", help="run one service on a live cluster (its own process)")
+    s.add_argument("service", choices=SERVICES)
+    s.add_argument("--nats-url", default=DEFAULT_URL, help=f"NATS server (default {DEFAULT_URL})")
+    s.add_argument("--cluster", required=True, help="bundled name, CSV or JSON cluster spec")
+    s.add_argument("--gpus-per-server", default="4", help="with GPU counts: GPUs per server")
+    s.add_argument("--policy", default="fifo", help="scheduler: policy (default fifo)")
+    s.add_argument("--round-s", type=positive, help="scheduler: re-plan every S seconds")
+    s.add_argument("--overhead", type=overhead, default="none",
+                   help="preemption/restart cost model of simulated nodes (default none)")
+    s.add_argument("--node", help="nodeagent: the node id this agent runs")
+    s.add_argument("--trace", help="injector: the trace to replay (at its times)")
+    s.add_argument("--time-scale", type=positive, default=1.0,
+                   help="cluster seconds per wall second, for simulated trainers (default 1)")
+    s.add_argument("--origin", type=float,
+                   help="Unix time at which cluster time 0 starts (default: use Unix time)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--log-level", default="info", help="log level (default info)")
+
+    u = sub.add_parser("up", help="start NATS, the control plane and local node agents")
+    u.add_argument("--nats-url", help="use this NATS server (default: start an embedded one)")
+    where = u.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cluster", help="cluster spec whose nodes will join (no local agents)")
+    where.add_argument("--local-nodes", type=int, help="run N node agents here")
+    u.add_argument("--gpus-per-node", type=int, default=4, help="with --local-nodes (default 4)")
+    u.add_argument("--gpu-type", default="fake", help="with --local-nodes: GPU type name")
+    u.add_argument("--policy", default="fifo", help="scheduling policy (default fifo)")
+    u.add_argument("--round-s", type=positive, help="re-plan every S seconds")
+    u.add_argument("--overhead", type=overhead, default="none")
+    u.add_argument("--time-scale", type=positive, default=1.0,
+                   help="cluster seconds per wall second for simulated trainers (default 1)")
+    u.add_argument("--log-level", default="warning")
+
+    m = sub.add_parser("submit", help="submit a job to a live cluster; prints its id")
+    m.add_argument("--nats-url", default=DEFAULT_URL)
+    m.add_argument("--model", required=True)
+    m.add_argument("--gpus", type=int, required=True)
+    m.add_argument("--iterations", type=int, required=True)
+    m.add_argument("--iteration-time", type=positive, default=1.0,
+                   help="seconds per iteration, used until the trainer reports (default 1)")
+    m.add_argument("--deadline-in", type=positive, help="deadline, seconds from now")
+    m.add_argument("--tenant", default="default")
+    m.add_argument("--job-id", help="default: a new random id")
+
+    st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
+    st.add_argument("--nats-url", default=DEFAULT_URL)
+    st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    cluster = load_cluster(args.cluster, args.gpus_per_server)
+    jobs = load_trace(args.trace).jobs if args.trace else ()
+    if args.service == "injector" and not jobs:
+        raise ValueError("injector needs --trace")
+    opts = ServeOptions(args.service, args.nats_url, cluster, policy=args.policy,
+                        round_s=args.round_s, overhead=args.overhead, node=args.node,
+                        jobs=jobs, time_scale=args.time_scale, origin=args.origin,
+                        seed=args.seed)
+    return asyncio.run(serve(opts))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="loom-up-") as tmp:
+        if args.local_nodes is not None:
+            if args.local_nodes < 1 or args.gpus_per_node < 1:
+                raise ValueError("--local-nodes and --gpus-per-node must be at least 1")
+            cluster = ClusterSpec.uniform(1, args.local_nodes, args.gpus_per_node,
+                                          gpu_type=args.gpu_type)
+            spec = Path(tmp) / "local-cluster.json"
+            spec.write_text(cluster.model_dump_json())
+            cluster_arg = str(spec)
+        else:
+            cluster, cluster_arg = load_cluster(args.cluster), args.cluster
+        opts = UpOptions(cluster, cluster_arg, nats_url=args.nats_url, policy=args.policy,
+                         round_s=args.round_s, overhead=args.overhead,
+                         time_scale=args.time_scale, local_nodes=args.local_nodes is not None,
+                         log_level=args.log_level)
+        return asyncio.run(up(opts))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    job_id = args.job_id or f"job-{secrets.token_hex(4)}"
+    print(asyncio.run(_submit(args, job_id)))
+    return 0
+
+
+async def _submit(args: argparse.Namespace, job_id: str) -> str:
+    nc = await nats.connect(args.nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    try:
+        body: dict[str, Any] = {"job_id": job_id, "tenant": args.tenant, "model": args.model,
+                                "gpus": args.gpus, "iterations": args.iterations,
+                                "iteration_time_s": args.iteration_time}
+        if args.deadline_in is not None:
+            state = await _state(nc)
+            body["deadline_s"] = state["now"] + args.deadline_in
+        js = nc.jetstream()
+        await ensure_stream(js)
+        # The same bytes `nats pub loom.jobs.submit '<json>'` sends, with the id as Nats-Msg-Id
+        # so a retried submit is dropped as a duplicate.
+        await js.publish(subjects.JOB_SUBMIT, json.dumps(body).encode(),
+                         headers={MSG_ID: f"submit.{job_id}"})
+        return job_id
+    finally:
+        await nc.close()
+
+
+async def _state(nc: Any, service: str = "scheduler") -> dict[str, Any]:
+    try:
+        reply = await nc.request(control_subject(service), b"", timeout=5)
+    except nats.errors.NoRespondersError:
+        raise ValueError(f"no {service} is running on this NATS server") from None
+    state: dict[str, Any] = json.loads(reply.data)
+    return state
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = asyncio.run(_status(args.nats_url))
+    if args.json:
+        print(json.dumps(state, indent=2))
+        return 0
+    now = state["now"]
+    table = Table(title=f"{len(state['jobs'])} jobs · policy {state['policy']} · "
+                        f"cycle {state['cycle']} · t={now:,.0f} s")
+    for col in ("job", "tenant", "model", "state", "GPUs", "progress", "ETA", "pos", "reason"):
+        table.add_column(col, justify="right" if col in ("GPUs", "progress", "ETA", "pos")
+                         else "left")
+    for j in state["jobs"]:
+        eta = "" if j["eta"] is None else f"{j['eta'] - now:,.0f} s"
+        pos = "" if j["queue_position"] is None else str(j["queue_position"])
+        table.add_row(j["job_id"], j["tenant"], j["model"], j["state"], str(j["gpus"]),
+                      f"{100 * j['done'] / j['iterations']:.0f}%", eta, pos, j["reason"])
+    Console(width=160).print(table)
+    return 0
+
+
+async def _status(url: str) -> dict[str, Any]:
+    nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0)
+    try:
+        return await _state(nc)
+    finally:
+        await nc.close()
+
+
+COMMANDS = {"serve": cmd_serve, "up": cmd_up, "submit": cmd_submit, "status": cmd_status}

@@ -1,0 +1,254 @@
+"""The live composition root: one service per process (`loom serve`), a local cluster (`loom up`).
+
+`serve` wraps one core in a shell on the live bus (`services.runtime.nats_live`) and a wall
+clock, registers it as a NATS micro-service (`$SRV.PING|INFO|STATS`, plus a `state` endpoint
+on `loomctl.<service>.state` outside the event stream), and runs until SIGTERM or SIGINT, then
+drains: its durable consumers stay, so a restarted service resumes where it stopped.
+
+Until the trainer-launching node agent lands, `nodeagent` runs the simulated node
+(`SimNodeCore`): jobs progress at their trace speed in time-scaled wall time. `--time-scale S`
+makes one wall second S cluster seconds; every process of one cluster gets the same
+`--origin` (a Unix time) so they agree on the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nats.micro
+
+from loom.simulate import make_scheduler
+from schemas.cluster import ClusterSpec
+from schemas.job import JobSpec, JobState
+from services.injector.core import InjectorCore
+from services.metrics.core import MetricsCore
+from services.nodeagent.overhead import parse_overhead
+from services.nodeagent.simnode import SimNodeCore
+from services.placer.binding import PlacerCore
+from services.runtime.clock import WallClock
+from services.runtime.logging import get_logger
+from services.runtime.nats_live import NatsLiveBus
+from services.runtime.natsserver import EmbeddedNats
+from services.runtime.service import Core, Shell
+from services.scheduler.core import SchedulerCore
+
+SERVICES = ("scheduler", "placer", "metrics", "injector", "nodeagent")
+CONTROL_PLANE = ("scheduler", "placer", "metrics")
+VERSION = "0.1.0"
+log = get_logger("loom.serve")
+
+
+def control_subject(service: str) -> str:
+    """Request/reply subject of a service's state (outside `loom.>`: never stored)."""
+    return f"loomctl.{service}.state"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    service: str
+    nats_url: str
+    cluster: ClusterSpec
+    policy: str = "fifo"
+    round_s: float | None = None
+    overhead: str = "none"
+    node: str | None = None  # nodeagent: which node of the cluster this agent is
+    jobs: Sequence[JobSpec] = ()  # injector: the trace to replay
+    time_scale: float = 1.0
+    origin: float | None = None
+    seed: int = 0
+
+
+def build_core(opts: ServeOptions) -> Core:
+    if opts.service == "scheduler":
+        return make_scheduler(opts.policy, opts.cluster, round_s=opts.round_s,
+                              overhead=opts.overhead, seed=opts.seed)
+    if opts.service == "placer":
+        return PlacerCore(opts.cluster)
+    if opts.service == "metrics":
+        return MetricsCore(opts.cluster.total_gpus)
+    if opts.service == "injector":
+        return InjectorCore(opts.jobs)
+    if opts.service == "nodeagent":
+        nodes = {n.node_id: n for n in opts.cluster.nodes}
+        if opts.node not in nodes:
+            raise ValueError(f"nodeagent needs --node, one of the cluster's nodes "
+                             f"({', '.join(list(nodes)[:8])}{', …' if len(nodes) > 8 else ''})")
+        return SimNodeCore(nodes[opts.node], parse_overhead(opts.overhead), None)
+    raise ValueError(f"unknown service {opts.service!r}; one of {', '.join(SERVICES)}")
+
+
+def core_state(core: Core, now: float) -> dict[str, Any]:
+    """What `loom status` and operators read from a running service."""
+    if isinstance(core, SchedulerCore):
+        return {"now": now, "policy": core.policy.name, "cycle": core.cycle,
+                "jobs": [job_row(core, jid, now) for jid in core.jobs]}
+    if isinstance(core, MetricsCore):
+        return {"now": now, "summary": core.summary()}
+    return {"now": now, "service": core.name}
+
+
+def job_row(core: SchedulerCore, job_id: str, now: float) -> dict[str, Any]:
+    rec = core.jobs[job_id]
+    status = core.status(job_id)
+    done = rec.iterations_done
+    eta = None
+    if rec.state is JobState.RUNNING:
+        # The scheduler's own estimate since the last report, as the policies see it.
+        elapsed = max(0.0, now - rec.progress_at)
+        if rec.iteration_s > 0:
+            done = min(rec.spec.iterations,
+                       rec.spec.iterations - rec.remaining + elapsed / rec.iteration_s)
+            eta = now + (rec.spec.iterations - done) * rec.iteration_s
+    return {"job_id": job_id, "state": rec.state.value if rec.state else "rejected",
+            "reason": status.reason, "queue_position": status.queue_position,
+            "gpus": rec.spec.gpus, "iterations": rec.spec.iterations,
+            "done": round(done, 1), "eta": eta, "tenant": rec.spec.tenant,
+            "model": rec.spec.model}
+
+
+async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
+    """Run one service until `stop` is set (or SIGTERM/SIGINT); 0 on a clean drain."""
+    core = build_core(opts)
+    clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
+                      origin=opts.origin)
+    bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now)
+    # Event ids must not repeat across restarts (JetStream would drop them as duplicates).
+    shell = Shell(core, bus, clock, run_id=f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}")
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def state(req: Any) -> None:
+        await req.respond(json.dumps(core_state(core, clock.now())).encode())
+
+    def stats(endpoint_stats: Any) -> dict[str, Any]:
+        return {"published": bus.stats.published, "delivered": bus.stats.delivered,
+                "duplicates": bus.stats.duplicates, "dead_lettered": bus.stats.dead_lettered,
+                "errors": shell.errors}
+
+    micro = await nats.micro.add_service(
+        bus.nc, name=f"loom-{opts.service}", version=VERSION,
+        description=f"Loom {opts.service}", metadata={"core": core.name},
+        stats_handler=stats)
+    await micro.add_endpoint(name="state", subject=control_subject(core.name), handler=state)
+    await shell.start()
+    log.info("serving", service=core.name, nats=opts.nats_url)
+    try:
+        await stop.wait()
+    finally:
+        log.info("draining", service=core.name)
+        await micro.stop()
+        await bus.close()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+# -- loom up ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class UpOptions:
+    cluster: ClusterSpec
+    cluster_arg: str  # how the children load the same cluster
+    nats_url: str | None = None
+    policy: str = "fifo"
+    round_s: float | None = None
+    overhead: str = "none"
+    time_scale: float = 1.0
+    local_nodes: bool = True
+    log_level: str = "warning"
+
+
+async def up(opts: UpOptions, ready: asyncio.Event | None = None,
+             stop: asyncio.Event | None = None) -> int:
+    """Start (or use) a NATS server, the control plane and one agent per node; stop on signal.
+
+    Each service is its own `loom serve` process, as on a real cluster.
+    """
+    server = None
+    url = opts.nats_url
+    if url is None:
+        server = await EmbeddedNats.start()
+        url = server.url
+    origin = time.time()
+    common = ["--nats-url", url, "--cluster", opts.cluster_arg, "--time-scale",
+              str(opts.time_scale), "--origin", repr(origin), "--overhead", opts.overhead,
+              "--log-level", opts.log_level]
+    commands = [[svc, *common] for svc in CONTROL_PLANE]
+    commands[0] += ["--policy", opts.policy]
+    if opts.round_s is not None:
+        commands[0] += ["--round-s", str(opts.round_s)]
+    if opts.local_nodes:
+        commands += [["nodeagent", "--node", n.node_id, *common] for n in opts.cluster.nodes]
+    children = []
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for cmd in commands:
+            children.append(await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "loom.cli", "serve", *cmd, env=dict(os.environ)))
+        await _await_services(url, len(commands))
+        log.warning("cluster up", nats=url, services=len(commands))
+        print(f"loom up: {len(commands)} services on {url} "
+              f"({opts.cluster.total_gpus} GPUs, policy {opts.policy}); Ctrl-C to stop",
+              flush=True)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+    finally:
+        for child in children:
+            if child.returncode is None:
+                child.terminate()
+        codes = [await child.wait() for child in children]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if server is not None:
+            await server.stop()
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+async def _await_services(url: str, count: int, timeout: float = 60.0) -> None:
+    """Until `count` Loom services answer the micro-service PING."""
+    nc = await nats.connect(url)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            names = await ping(nc)
+            if len(names) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(names)} of {count} services came up: {names}")
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+
+
+async def ping(nc: Any, wait_s: float = 0.3) -> list[str]:
+    """Names of the Loom services answering `$SRV.PING` within `wait_s` (core names)."""
+    inbox = nc.new_inbox()
+    found: list[str] = []
+
+    async def collect(msg: Any) -> None:
+        try:
+            info = json.loads(msg.data)
+        except ValueError:
+            return  # a "no responders" status, or not a micro-service
+        if isinstance(info, dict) and info.get("name", "").startswith("loom-"):
+            found.append(info.get("metadata", {}).get("core", info["name"]))
+
+    sub = await nc.subscribe(inbox, cb=collect)
+    await nc.publish("$SRV.PING", b"", reply=inbox)
+    await asyncio.sleep(wait_s)
+    await sub.unsubscribe()
+    return sorted(found)

@@ -1,0 +1,94 @@
+"""`loom up` as an operator runs it: separate service processes on an embedded nats-server,
+jobs submitted with `loom submit`, watched with `loom status`, stopped with SIGTERM.
+
+Node agents run simulated trainers in time-scaled wall time (200 cluster seconds per second),
+so a job of 400 one-second iterations takes two wall seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import nats
+import pytest
+
+from loom.serve import ping
+
+pytestmark = pytest.mark.nats
+
+LOOM = [sys.executable, "-m", "loom.cli"]
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc = subprocess.Popen([*LOOM, "up", "--local-nodes", "2", "--gpus-per-node", "2",
+                             "--time-scale", "200"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # printed once every service answers PING
+        found = re.search(r"nats://[0-9.]+:[0-9]+", line)
+        assert found, f"loom up printed {line!r}"
+        yield proc, found.group(0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def loom(*args: str) -> str:
+    done = subprocess.run([*LOOM, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def status(url: str) -> dict[str, object]:
+    state: dict[str, object] = json.loads(loom("status", "--nats-url", url, "--json"))
+    return state
+
+
+def test_jobs_submitted_to_a_live_cluster_run_to_completion(
+        cluster: tuple[subprocess.Popen[str], str]) -> None:
+    proc, url = cluster
+    names = asyncio.run(_ping(url))
+    assert names == ["metrics", "nodeagent-n0", "nodeagent-n1", "placer", "scheduler"]
+    ids = [loom("submit", "--nats-url", url, "--model", "resnet18", "--gpus", str(g),
+                "--iterations", "400", "--tenant", "lab").strip() for g in (2, 2, 4)]
+    assert len(set(ids)) == 3 and all(i.startswith("job-") for i in ids)
+    too_big = loom("submit", "--nats-url", url, "--model", "bert", "--gpus", "8",
+                   "--iterations", "10").strip()
+    deadline = time.monotonic() + 60
+    while True:
+        jobs = {j["job_id"]: j for j in status(url)["jobs"]}  # type: ignore[attr-defined]
+        if all(jobs.get(i, {}).get("state") == "finished" for i in ids):
+            break
+        assert time.monotonic() < deadline, jobs
+        time.sleep(0.5)
+    assert all(jobs[i]["done"] == 400 and jobs[i]["tenant"] == "lab" for i in ids)
+    assert jobs[too_big]["state"] == "rejected"
+    assert jobs[too_big]["reason"] == "needs 8 GPUs; the cluster has 4"
+    table = loom("status", "--nats-url", url)
+    assert "finished" in table and ids[2] in table
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0  # every service drained cleanly
+
+
+async def _ping(url: str) -> list[str]:
+    nc = await nats.connect(url)
+    try:
+        return await ping(nc)
+    finally:
+        await nc.close()
+
+
+def test_serve_refuses_a_node_agent_without_its_node() -> None:
+    done = subprocess.run([*LOOM, "serve", "nodeagent", "--cluster", "n8g8", "--nats-url",
+                           "nats://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "nodeagent needs --node" in done.stderr
