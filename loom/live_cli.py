@@ -40,6 +40,8 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     s.add_argument("--origin", type=float,
                    help="Unix time at which cluster time 0 starts (default: use Unix time)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--prometheus-port", type=int,
+                   help="metrics: serve Prometheus /metrics on 127.0.0.1:PORT")
     s.add_argument("--log-level", default="info", help="log level (default info)")
 
     u = sub.add_parser("up", help="start NATS, the control plane and local node agents")
@@ -55,6 +57,8 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     u.add_argument("--time-scale", type=positive, default=1.0,
                    help="cluster seconds per wall second for simulated trainers (default 1)")
     u.add_argument("--log-level", default="warning")
+    u.add_argument("--prometheus-port", type=int, default=9464,
+                   help="Prometheus /metrics of the metrics service (default 9464; 0: off)")
 
     m = sub.add_parser("submit", help="submit a job to a live cluster; prints its id")
     m.add_argument("--nats-url", default=DEFAULT_URL)
@@ -80,7 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     opts = ServeOptions(args.service, args.nats_url, cluster, policy=args.policy,
                         round_s=args.round_s, overhead=args.overhead, node=args.node,
                         jobs=jobs, time_scale=args.time_scale, origin=args.origin,
-                        seed=args.seed)
+                        seed=args.seed, prometheus_port=args.prometheus_port)
     return asyncio.run(serve(opts))
 
 
@@ -99,7 +103,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         opts = UpOptions(cluster, cluster_arg, nats_url=args.nats_url, policy=args.policy,
                          round_s=args.round_s, overhead=args.overhead,
                          time_scale=args.time_scale, local_nodes=args.local_nodes is not None,
-                         log_level=args.log_level)
+                         log_level=args.log_level, prometheus_port=args.prometheus_port or None)
         return asyncio.run(up(opts))
 
 

@@ -31,6 +31,7 @@ from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec, JobState
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
+from services.metrics.prometheus import registry_for, serve_http
 from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
@@ -65,6 +66,7 @@ class ServeOptions:
     time_scale: float = 1.0
     origin: float | None = None
     seed: int = 0
+    prometheus_port: int | None = None  # metrics: serve /metrics here
 
 
 def build_core(opts: ServeOptions) -> Core:
@@ -141,12 +143,17 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
         description=f"Loom {opts.service}", metadata={"core": core.name},
         stats_handler=stats)
     await micro.add_endpoint(name="state", subject=control_subject(core.name), handler=state)
+    exporter = None
+    if opts.prometheus_port is not None and isinstance(core, MetricsCore):
+        exporter = serve_http(registry_for(core, opts.cluster), opts.prometheus_port)
     await shell.start()
     log.info("serving", service=core.name, nats=opts.nats_url)
     try:
         await stop.wait()
     finally:
         log.info("draining", service=core.name)
+        if exporter is not None:
+            exporter.shutdown()
         await micro.stop()
         await bus.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -166,6 +173,7 @@ class UpOptions:
     time_scale: float = 1.0
     local_nodes: bool = True
     log_level: str = "warning"
+    prometheus_port: int | None = None
 
 
 async def up(opts: UpOptions, ready: asyncio.Event | None = None,
@@ -185,6 +193,9 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
               "--log-level", opts.log_level]
     commands = [[svc, *common] for svc in CONTROL_PLANE]
     commands[0] += ["--policy", opts.policy]
+    if opts.prometheus_port is not None:
+        commands[CONTROL_PLANE.index("metrics")] += ["--prometheus-port",
+                                                     str(opts.prometheus_port)]
     if opts.round_s is not None:
         commands[0] += ["--round-s", str(opts.round_s)]
     if opts.local_nodes:

@@ -128,6 +128,10 @@ class MetricsCore(CoreDefaults):
             raise TypeError(f"metrics does not handle {env.type}")
         return []
 
+    def busy_gpus(self) -> list[tuple[str, int]]:
+        """(node, GPU index) of every GPU running jobs hold now."""
+        return list(self._holders)
+
     @property
     def digest(self) -> str:
         return self._digest.hexdigest()

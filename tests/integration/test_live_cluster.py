@@ -14,22 +14,28 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import nats
 import pytest
 
 from loom.serve import ping
+from services.runtime.natsserver import free_port
 
 pytestmark = pytest.mark.nats
 
 LOOM = [sys.executable, "-m", "loom.cli"]
 
 
+PROMETHEUS = free_port()
+
+
 @pytest.fixture
 def cluster() -> Iterator[tuple[subprocess.Popen[str], str]]:
     proc = subprocess.Popen([*LOOM, "up", "--local-nodes", "2", "--gpus-per-node", "2",
-                             "--time-scale", "200"], stdout=subprocess.PIPE, text=True)
+                             "--time-scale", "200", "--prometheus-port", str(PROMETHEUS)],
+                            stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # printed once every service answers PING
@@ -73,6 +79,10 @@ def test_jobs_submitted_to_a_live_cluster_run_to_completion(
     assert all(jobs[i]["done"] == 400 and jobs[i]["tenant"] == "lab" for i in ids)
     assert jobs[too_big]["state"] == "rejected"
     assert jobs[too_big]["reason"] == "needs 8 GPUs; the cluster has 4"
+    with urllib.request.urlopen(f"http://127.0.0.1:{PROMETHEUS}/metrics", timeout=5) as resp:
+        scrape = resp.read().decode()
+    assert 'loom_jobs{state="finished"} 3.0' in scrape
+    assert "loom_job_completion_seconds_count 3.0" in scrape
     table = loom("status", "--nats-url", url)
     assert "finished" in table and ids[2] in table
     proc.send_signal(signal.SIGTERM)

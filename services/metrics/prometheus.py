@@ -1,0 +1,92 @@
+"""Prometheus exposition of the metrics core (prometheus-client), read at scrape time.
+
+A custom collector reads `MetricsCore` when Prometheus scrapes, so the core stays a plain
+deterministic state machine with no client-library counters to keep in step. Names follow
+Prometheus conventions: `loom_` prefix, base units in the name, counters end in `_total`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.exposition import generate_latest, start_http_server
+from prometheus_client.registry import Collector
+
+from schemas.cluster import ClusterSpec
+from schemas.job import JobState
+from services.metrics.core import MetricsCore
+
+# Seconds: a minute to a week, roughly ×3 apart (training jobs, not requests).
+DURATION_BUCKETS = (60.0, 180.0, 600.0, 1800.0, 3600.0, 3 * 3600.0, 10 * 3600.0, 86400.0,
+                    3 * 86400.0, 7 * 86400.0)
+
+
+def histogram(name: str, doc: str, values: Sequence[float],
+              bounds: Sequence[float] = DURATION_BUCKETS) -> HistogramMetricFamily:
+    ordered = sorted(values)
+    buckets = [(_le(b), float(bisect.bisect_right(ordered, b))) for b in bounds]
+    buckets.append(("+Inf", float(len(ordered))))
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=sum(ordered))
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}" if bound < 1e6 else repr(bound)
+
+
+class MetricsCollector(Collector):
+    def __init__(self, core: MetricsCore, cluster: ClusterSpec) -> None:
+        self.core = core
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[Any]:
+        core = self.core
+        by_state = Counter(j.state for j in core.jobs.values())
+        jobs = GaugeMetricFamily("loom_jobs", "Jobs by lifecycle state", labels=["state"])
+        for state in JobState:
+            # Rejections of invalid submissions have no job record; the core counts them all.
+            count = core.rejected if state is JobState.REJECTED else by_state.get(state, 0)
+            jobs.add_metric([state.value], count)
+        yield jobs
+        yield histogram("loom_job_completion_seconds", "Job completion time (submit to end)",
+                        [j.jct_s for j in core.jobs.values() if j.jct_s is not None])
+        yield histogram("loom_job_queueing_seconds", "Delay from submission to first start",
+                        [j.queueing_s for j in core.jobs.values() if j.queueing_s is not None])
+        busy = Counter(node for node, _ in core.busy_gpus())
+        util = GaugeMetricFamily("loom_node_gpu_utilization_ratio",
+                                 "Share of a node's GPUs held by running jobs", labels=["node"])
+        for node in self.cluster.nodes:
+            util.add_metric([node.node_id], busy.get(node.node_id, 0) / node.gpus
+                            if node.gpus else 0.0)
+        yield util
+        yield CounterMetricFamily("loom_gpu_busy_seconds_total",
+                                  "GPU-seconds held by running jobs (cluster time)",
+                                  value=core.busy_gpu_s)
+        yield CounterMetricFamily("loom_decisions_total",
+                                  "Scheduler transitions and plans recorded",
+                                  value=core.decisions)
+
+
+def registry_for(core: MetricsCore, cluster: ClusterSpec) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(MetricsCollector(core, cluster))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> str:
+    """The text a scrape returns (for tests and `loom status --metrics`)."""
+    return generate_latest(registry).decode()
+
+
+def serve_http(registry: CollectorRegistry, port: int, addr: str = "127.0.0.1") -> Any:
+    """Serve /metrics on addr:port in a thread; returns the server (call .shutdown())."""
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return server
