@@ -1,0 +1,326 @@
+"""The training loop of one rank: restore, train (or fast-forward), report, checkpoint.
+
+One iteration: draw the global batch of this iteration from the seed and take this rank's
+slice (data), forward + backward (compute), pack every gradient plus the loss and the stop flag
+into one buffer and all-reduce it (communication), average, optimizer step (compute). Because
+the stop flag travels with the gradients, all ranks stop after the same iteration, whichever
+rank got the signal. On CUDA every stage boundary synchronises the device, as Muri's testbed
+workload does, so the stage times are device times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+from torch import Tensor
+
+from services.runtime.logging import get_logger
+from services.trainer import checkpoint, workloads
+from services.trainer.accounting import (
+    STREAM,
+    FastForward,
+    ReportClock,
+    StageAccount,
+    StepTimes,
+    Window,
+    derive_seed,
+)
+from services.trainer.comm import Communicator
+from services.trainer.config import TrainerConfig
+from services.trainer.errors import TrainingFailed
+from services.trainer.protocol import (
+    Checkpointed,
+    Finished,
+    Progress,
+    Record,
+    StageTimes,
+    Started,
+    Stopped,
+)
+
+_log = get_logger("services.trainer")
+
+# A fast-forward chunk lasts about this long; ranks agree on stopping between chunks.
+_FF_CHUNK_S = 0.1
+
+
+class StopSource(Protocol):
+    """Set by the shell's signal handlers once armed."""
+
+    requested: bool
+    signal: str | None
+
+    def arm(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: Literal["finished", "stopped"]
+    iteration: int
+
+
+class Trainer:
+    def __init__(self, cfg: TrainerConfig, comm: Communicator, device: torch.device,
+                 emit: Callable[[Record], None], stop: StopSource, t_main: float) -> None:
+        self.cfg = cfg
+        self.comm = comm
+        self.device = device
+        self.emit = emit
+        self.stop = stop
+        self.t_main = t_main
+        self.rank = comm.rank
+        self.world = comm.world_size
+        self.workload = workloads.make(cfg.model, cfg.seed)
+        self.model = self.workload.init_model(cfg.seed).to(device)
+        self.optimizer = self.workload.optimizer(self.model)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.iteration = 0
+        self.skipped = 0
+        self.loss: float | None = None
+        self.saved_iteration: int | None = None
+        self.checkpoint_world: int | None = None
+        self.profile = StageAccount()
+        self.started = False
+
+    # --- restore --------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Rank 0 reads the checkpoint, if any, and sends it to every rank (no shared disk
+        needed); without one, rank 0's initial weights are broadcast (they are equal anyway)."""
+        payload: object = None
+        if self.rank == 0:
+            try:
+                obj = checkpoint.load(self.cfg.checkpoint_dir)
+                if obj is not None:
+                    meta, _, _ = checkpoint.unpack(obj)
+                    checkpoint.check_compatible(
+                        meta, job_id=self.cfg.job_id, model=self.cfg.model,
+                        seed=self.cfg.seed, batch_size=self.cfg.batch_size,
+                    )
+                payload = obj
+            except checkpoint.CheckpointError as exc:
+                payload = f"error: {exc}"
+        payload = self.comm.broadcast_object(payload)
+        if isinstance(payload, str):
+            raise checkpoint.CheckpointError(payload.removeprefix("error: "))
+        if payload is None:
+            with torch.no_grad():
+                self.comm.broadcast_([p.data for p in self.params])
+            return
+        meta, model_state, optim_state = checkpoint.unpack(payload)
+        try:
+            self.model.load_state_dict(model_state)
+            self.optimizer.load_state_dict(optim_state)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise checkpoint.CheckpointError(f"checkpoint does not fit the model: {exc}") from exc
+        self.iteration = self.saved_iteration = meta.iteration
+        self.skipped = meta.skipped_iterations
+        self.loss = meta.loss
+        self.checkpoint_world = meta.world_size
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        try:
+            return self._run()
+        except Exception as exc:
+            raise TrainingFailed(self.iteration if self.started else None, exc) from exc
+
+    def _run(self) -> Outcome:
+        cfg = self.cfg
+        self.restore()
+        self.stop.arm()
+        self.started = True
+        self.emit(Started(
+            job_id=cfg.job_id, rank=self.rank, ts=time.time(), model=cfg.model,
+            world_size=self.world, backend=self.comm.backend, device=str(self.device),
+            batch_size=cfg.batch_size, iteration=self.iteration, iterations_total=cfg.iterations,
+            resumed=self.checkpoint_world is not None, checkpoint_world_size=self.checkpoint_world,
+            startup_s=time.perf_counter() - self.t_main,
+        ))
+        _log.info("started", iteration=self.iteration, world_size=self.world,
+                  backend=self.comm.backend, resumed=self.checkpoint_world is not None)
+        now = time.perf_counter()
+        window = Window(started_at=now, start_iteration=self.iteration)
+        clock = ReportClock(cfg.report_every, cfg.report_interval, self.iteration, now)
+        stopped = self._train(window, clock)
+        if stopped is None and cfg.fast_forward and self.iteration < cfg.iterations:
+            stopped = self._fast_forward(clock)
+        if stopped is not None:
+            return self._stopped(stopped)
+        return self._finished()
+
+    def _train(self, window: Window, clock: ReportClock) -> str | None:
+        """Real iterations until done, stopped (returns the signal) or time to fast-forward."""
+        cfg = self.cfg
+        per_rank = cfg.batch_size // self.world
+        shard = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+        sizes = [p.numel() for p in self.params]
+        n = sum(sizes)
+        buf = torch.zeros(n + 2, device=self.device)
+        ff_after = cfg.warmup + cfg.fast_forward if cfg.fast_forward else math.inf
+        steps = 0
+        while self.iteration < cfg.iterations and steps < ff_after:
+            t0 = time.perf_counter()
+            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, STREAM, self.iteration))
+            batch = tuple(t[shard].to(self.device)
+                          for t in self.workload.make_batch(gen, cfg.batch_size))
+            t1 = self._sync()
+            self.optimizer.zero_grad()
+            loss = self.workload.loss(self.model, batch)
+            loss.backward()  # type: ignore[no-untyped-call]
+            t2 = self._sync()
+            if self.world > 1:
+                self._pack(buf, sizes, loss)
+                self.comm.allreduce_sum_(buf)
+                buf.div_(self.world)
+                self._unpack(buf, sizes)
+                loss_value, stop_any = buf[n:].tolist()
+                stop = stop_any > 0
+            else:
+                loss_value, stop = loss.item(), self.stop.requested
+            t3 = self._sync()
+            self.optimizer.step()
+            t4 = self._sync()
+            self.iteration += 1
+            steps += 1
+            self.loss = float(loss_value)
+            window.add_loss(self.loss)
+            if steps > cfg.warmup:
+                times = StepTimes(t1 - t0, (t2 - t1) + (t4 - t3), t3 - t2, t4 - t0)
+                window.stages.add(times)
+                self.profile.add(times)
+            if stop:
+                return self.stop.signal or "peer"
+            if (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
+                    and self.iteration < cfg.iterations):
+                self._save("periodic")
+            now = time.perf_counter()
+            last = self.iteration >= cfg.iterations or steps >= ff_after
+            if last or clock.due(self.iteration, now):
+                self._progress(window, now, fast_forward=False, stages=window.stages.summary())
+                clock.mark(self.iteration, now)
+                window = Window(started_at=now, start_iteration=self.iteration)
+        return None
+
+    def _fast_forward(self, clock: ReportClock) -> str | None:
+        """Count iterations at the measured rate without computing (weights stay as after the
+        last real step). Ranks agree on the rate (their mean) and, per chunk, on stopping."""
+        measured = self.profile.summary()
+        rate = torch.tensor([measured.iteration_s if measured else 0.0], device=self.device)
+        self.comm.allreduce_sum_(rate)
+        iteration_s = float(rate[0]) / self.world
+        flag = torch.zeros(1, device=self.device)
+        now = time.perf_counter()
+        ff = FastForward(self.iteration, now, iteration_s, self.cfg.iterations)
+        chunk = max(1, math.ceil(_FF_CHUNK_S / iteration_s)) if iteration_s > 0 else 1
+        window = Window(started_at=now, start_iteration=self.iteration)
+        _log.info("fast_forward", iteration=self.iteration, iteration_s=iteration_s)
+        while self.iteration < self.cfg.iterations:
+            target = min(self.cfg.iterations, self.iteration + chunk)
+            delay = ff.time_of(target) - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            self.skipped += target - self.iteration
+            self.iteration = target
+            flag.fill_(1.0 if self.stop.requested else 0.0)
+            self.comm.allreduce_sum_(flag)
+            if float(flag.item()) > 0:
+                return self.stop.signal or "peer"
+            now = time.perf_counter()
+            if self.iteration >= self.cfg.iterations or clock.due(self.iteration, now):
+                self._progress(window, now, fast_forward=True, stages=measured)
+                clock.mark(self.iteration, now)
+                window = Window(started_at=now, start_iteration=self.iteration)
+        return None
+
+    # --- endings ----------------------------------------------------------------------------
+
+    def _stopped(self, signal: str) -> Outcome:
+        if self.saved_iteration != self.iteration:
+            self._save("preempt")
+        self.emit(Stopped(job_id=self.cfg.job_id, rank=self.rank, ts=time.time(),
+                          iteration=self.iteration, signal=signal, loss=self.loss,
+                          param_digest=param_digest(self.params),
+                          profile=self.profile.summary()))
+        _log.info("stopped", iteration=self.iteration, signal=signal)
+        return Outcome("stopped", self.iteration)
+
+    def _finished(self) -> Outcome:
+        if self.saved_iteration != self.iteration:
+            self._save("final")
+        self.emit(Finished(job_id=self.cfg.job_id, rank=self.rank, ts=time.time(),
+                           iteration=self.iteration, loss=self.loss,
+                           wall_s=time.perf_counter() - self.t_main,
+                           param_digest=param_digest(self.params),
+                           profile=self.profile.summary()))
+        _log.info("finished", iteration=self.iteration, loss=self.loss)
+        return Outcome("finished", self.iteration)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _save(self, reason: Literal["preempt", "final", "periodic"]) -> None:
+        self.saved_iteration = self.iteration
+        if self.rank != 0:
+            return
+        t0 = time.perf_counter()
+        meta = checkpoint.CheckpointMeta(
+            job_id=self.cfg.job_id, model=self.cfg.model, seed=self.cfg.seed,
+            batch_size=self.cfg.batch_size, iteration=self.iteration, world_size=self.world,
+            skipped_iterations=self.skipped, loss=self.loss, torch_version=torch.__version__,
+        )
+        obj = checkpoint.pack(meta, self.model.state_dict(), self.optimizer.state_dict())
+        path, size = checkpoint.save_atomic(obj, self.cfg.checkpoint_dir)
+        write_s = time.perf_counter() - t0
+        self.emit(Checkpointed(job_id=self.cfg.job_id, rank=self.rank, ts=time.time(),
+                               iteration=self.iteration, reason=reason, path=str(path),
+                               bytes=size, write_s=write_s))
+        _log.info("checkpointed", iteration=self.iteration, reason=reason, write_s=write_s)
+
+    def _progress(self, window: Window, now: float, *, fast_forward: bool,
+                  stages: StageTimes | None) -> None:
+        throughput = window.throughput(self.iteration, now)
+        self.emit(Progress(
+            job_id=self.cfg.job_id, rank=self.rank, ts=time.time(), iteration=self.iteration,
+            iterations_total=self.cfg.iterations, loss=window.loss(), throughput=throughput,
+            samples_per_s=throughput * self.cfg.batch_size, fast_forward=fast_forward,
+            stages=stages,
+        ))
+
+    def _pack(self, buf: Tensor, sizes: list[int], loss: Tensor) -> None:
+        off = 0
+        for p, k in zip(self.params, sizes, strict=True):
+            grad = p.grad
+            if grad is None:
+                buf[off:off + k].zero_()
+            else:
+                buf[off:off + k].copy_(grad.reshape(-1))
+            off += k
+        buf[off] = loss.detach()
+        buf[off + 1] = 1.0 if self.stop.requested else 0.0
+
+    def _unpack(self, buf: Tensor, sizes: list[int]) -> None:
+        off = 0
+        for p, k in zip(self.params, sizes, strict=True):
+            if p.grad is not None:
+                p.grad.copy_(buf[off:off + k].view_as(p))
+            off += k
+
+    def _sync(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+
+def param_digest(params: list[torch.nn.Parameter]) -> str:
+    """SHA-256 (16 hex digits) of the parameters' bytes, in order."""
+    h = hashlib.sha256()
+    for p in params:
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
