@@ -14,6 +14,7 @@ import nats
 from rich.console import Console
 from rich.table import Table
 
+from loom.demo import run_demo
 from loom.serve import SERVICES, ServeOptions, UpOptions, control_subject, serve, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
@@ -42,6 +43,21 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--prometheus-port", type=int,
                    help="metrics: serve Prometheus /metrics on 127.0.0.1:PORT")
+    agent = s.add_argument_group("nodeagent")
+    agent.add_argument("--trainers", choices=("pytorch", "simulated"), default="pytorch",
+                       help="pytorch: run real trainer processes (default); simulated: "
+                            "progress at the job's iteration time, no processes")
+    agent.add_argument("--fake-gpus", type=int,
+                       help="K fake GPUs (machines without GPUs) instead of NVML/DCGM")
+    agent.add_argument("--gpu-backend", choices=("auto", "dcgm", "nvml"), default="auto",
+                       help="GPU discovery and telemetry (default: DCGM if present, else NVML)")
+    agent.add_argument("--checkpoint-root", type=Path, default=Path("/var/lib/loom/checkpoints"),
+                       help="trainers' checkpoints, one directory per job; shared by all "
+                            "nodes (default /var/lib/loom/checkpoints)")
+    agent.add_argument("--grace-s", type=positive, default=30.0,
+                       help="seconds a stopped trainer gets to checkpoint (default 30)")
+    agent.add_argument("--fast-forward", type=int, default=0, metavar="K",
+                       help="trainers compute K iterations per launch, then fast-forward")
     s.add_argument("--log-level", default="info", help="log level (default info)")
 
     u = sub.add_parser("up", help="start NATS, the control plane and local node agents")
@@ -57,6 +73,9 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     u.add_argument("--time-scale", type=positive, default=1.0,
                    help="cluster seconds per wall second for simulated trainers (default 1)")
     u.add_argument("--log-level", default="warning")
+    u.add_argument("--trainers", choices=("pytorch", "simulated"), default="pytorch",
+                   help="local node agents run real PyTorch trainers (default) or simulated "
+                        "ones (time-scaled)")
     u.add_argument("--prometheus-port", type=int, default=9464,
                    help="Prometheus /metrics of the metrics service (default 9464; 0: off)")
 
@@ -71,6 +90,11 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     m.add_argument("--tenant", default="default")
     m.add_argument("--job-id", help="default: a new random id")
 
+    d = sub.add_parser("demo", help="a local cluster running six real PyTorch jobs, with "
+                                    "preemption and resume, then a summary")
+    d.add_argument("--out", type=Path, help="also write DIR/summary.json")
+    d.add_argument("--log-level", default="warning")
+
     st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
     st.add_argument("--nats-url", default=DEFAULT_URL)
     st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
@@ -84,7 +108,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     opts = ServeOptions(args.service, args.nats_url, cluster, policy=args.policy,
                         round_s=args.round_s, overhead=args.overhead, node=args.node,
                         jobs=jobs, time_scale=args.time_scale, origin=args.origin,
-                        seed=args.seed, prometheus_port=args.prometheus_port)
+                        seed=args.seed, prometheus_port=args.prometheus_port,
+                        trainers=args.trainers, fake_gpus=args.fake_gpus,
+                        gpu_backend=args.gpu_backend, checkpoint_root=args.checkpoint_root,
+                        grace_s=args.grace_s, fast_forward=args.fast_forward)
     return asyncio.run(serve(opts))
 
 
@@ -103,7 +130,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         opts = UpOptions(cluster, cluster_arg, nats_url=args.nats_url, policy=args.policy,
                          round_s=args.round_s, overhead=args.overhead,
                          time_scale=args.time_scale, local_nodes=args.local_nodes is not None,
-                         log_level=args.log_level, prometheus_port=args.prometheus_port or None)
+                         log_level=args.log_level, prometheus_port=args.prometheus_port or None,
+                         trainers=args.trainers, gpus_per_node=args.gpus_per_node,
+                         state_dir=Path(tmp))
         return asyncio.run(up(opts))
 
 
@@ -170,4 +199,9 @@ async def _status(url: str) -> dict[str, Any]:
         await nc.close()
 
 
-COMMANDS = {"serve": cmd_serve, "up": cmd_up, "submit": cmd_submit, "status": cmd_status}
+def cmd_demo(args: argparse.Namespace) -> int:
+    return asyncio.run(run_demo(args.out, Console(width=120)))
+
+
+COMMANDS = {"serve": cmd_serve, "up": cmd_up, "submit": cmd_submit, "status": cmd_status,
+            "demo": cmd_demo}

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import nats.micro
@@ -32,6 +33,9 @@ from schemas.job import JobSpec, JobState
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
 from services.metrics.prometheus import registry_for, serve_http
+from services.nodeagent.agent import DEFAULT_GRACE_S, TrainerNodeCore, TrainerSettings
+from services.nodeagent.gpu import FakeBackend, GpuBackend, detect_backend
+from services.nodeagent.live import NodeAgentShell
 from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
@@ -67,6 +71,12 @@ class ServeOptions:
     origin: float | None = None
     seed: int = 0
     prometheus_port: int | None = None  # metrics: serve /metrics here
+    trainers: str = "simulated"  # nodeagent: "pytorch" (real trainer processes) or "simulated"
+    fake_gpus: int | None = None  # nodeagent: K fake GPUs instead of NVML/DCGM discovery
+    gpu_backend: str = "auto"  # nodeagent: auto | dcgm | nvml
+    checkpoint_root: Path = Path("/var/lib/loom/checkpoints")
+    grace_s: float = DEFAULT_GRACE_S
+    fast_forward: int = 0
 
 
 def build_core(opts: ServeOptions) -> Core:
@@ -84,7 +94,17 @@ def build_core(opts: ServeOptions) -> Core:
         if opts.node not in nodes:
             raise ValueError(f"nodeagent needs --node, one of the cluster's nodes "
                              f"({', '.join(list(nodes)[:8])}{', …' if len(nodes) > 8 else ''})")
-        return SimNodeCore(nodes[opts.node], parse_overhead(opts.overhead), None)
+        node = nodes[opts.node]
+        if opts.trainers == "simulated":
+            return SimNodeCore(node, parse_overhead(opts.overhead), None)
+        if opts.trainers != "pytorch":
+            raise ValueError(f"--trainers must be pytorch or simulated, not {opts.trainers!r}")
+        backend: GpuBackend = (FakeBackend(opts.fake_gpus, node.gpu_type, node.node_id)
+                               if opts.fake_gpus is not None else detect_backend(opts.gpu_backend))
+        uuids = [g.uuid for g in backend.discover()]
+        settings = TrainerSettings(python=sys.executable, checkpoint_root=opts.checkpoint_root,
+                                   grace_s=opts.grace_s, fast_forward=opts.fast_forward)
+        return TrainerNodeCore(node, uuids, settings)
     raise ValueError(f"unknown service {opts.service!r}; one of {', '.join(SERVICES)}")
 
 
@@ -124,11 +144,13 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
                       origin=opts.origin)
     bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now)
     # Event ids must not repeat across restarts (JetStream would drop them as duplicates).
-    shell = Shell(core, bus, clock, run_id=f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}")
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    run_id = f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}"
+    shell = (NodeAgentShell(core, bus, clock, run_id=run_id)
+             if isinstance(core, TrainerNodeCore) else Shell(core, bus, clock, run_id=run_id))
+    signals: list[signal.Signals] = []
+    if stop is None:  # a process of its own: signals stop it
+        stop = asyncio.Event()
+        signals = _on_signals(stop)
 
     async def state(req: Any) -> None:
         await req.respond(json.dumps(core_state(core, clock.now())).encode())
@@ -152,13 +174,29 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
         await stop.wait()
     finally:
         log.info("draining", service=core.name)
+        if isinstance(shell, NodeAgentShell):
+            await shell.stop()  # trainers checkpoint; their last reports go out
         if exporter is not None:
             exporter.shutdown()
         await micro.stop()
         await bus.close()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        _drop_signals(signals)
     return 0
+
+
+def _on_signals(stop: asyncio.Event) -> list[signal.Signals]:
+    """SIGTERM and SIGINT set `stop` (a process running one service, or `loom up`)."""
+    loop = asyncio.get_running_loop()
+    sigs = [signal.SIGTERM, signal.SIGINT]
+    for sig in sigs:
+        loop.add_signal_handler(sig, stop.set)
+    return sigs
+
+
+def _drop_signals(sigs: list[signal.Signals]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in sigs:
+        loop.remove_signal_handler(sig)
 
 
 # -- loom up ----------------------------------------------------------------------------------
@@ -174,10 +212,13 @@ class UpOptions:
     local_nodes: bool = True
     log_level: str = "warning"
     prometheus_port: int | None = None
+    trainers: str = "pytorch"
+    gpus_per_node: int = 4  # fake GPUs of each local node agent
+    state_dir: Path = Path("/var/lib/loom")  # checkpoints of local node agents go under it
 
 
 async def up(opts: UpOptions, ready: asyncio.Event | None = None,
-             stop: asyncio.Event | None = None) -> int:
+             stop: asyncio.Event | None = None, url_out: list[str] | None = None) -> int:
     """Start (or use) a NATS server, the control plane and one agent per node; stop on signal.
 
     Each service is its own `loom serve` process, as on a real cluster.
@@ -187,6 +228,8 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
     if url is None:
         server = await EmbeddedNats.start()
         url = server.url
+    if url_out is not None:
+        url_out.append(url)
     origin = time.time()
     common = ["--nats-url", url, "--cluster", opts.cluster_arg, "--time-scale",
               str(opts.time_scale), "--origin", repr(origin), "--overhead", opts.overhead,
@@ -199,12 +242,15 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
     if opts.round_s is not None:
         commands[0] += ["--round-s", str(opts.round_s)]
     if opts.local_nodes:
-        commands += [["nodeagent", "--node", n.node_id, *common] for n in opts.cluster.nodes]
+        agent = ["--trainers", opts.trainers, "--fake-gpus", str(opts.gpus_per_node),
+                 "--checkpoint-root", str(opts.state_dir / "checkpoints")]
+        commands += [["nodeagent", "--node", n.node_id, *agent, *common]
+                     for n in opts.cluster.nodes]
     children = []
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    signals: list[signal.Signals] = []
+    if stop is None:
+        stop = asyncio.Event()
+        signals = _on_signals(stop)
     try:
         for cmd in commands:
             children.append(await asyncio.create_subprocess_exec(
@@ -222,8 +268,7 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
             if child.returncode is None:
                 child.terminate()
         codes = [await child.wait() for child in children]
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        _drop_signals(signals)
         if server is not None:
             await server.stop()
     return 0 if all(c == 0 for c in codes) else 1

@@ -63,6 +63,8 @@ class Launch(_Body):
     iterations_done: float = 0.0
     # Jobs that share these GPUs with it (interleaved, Muri), including itself; () when alone.
     colocated: tuple[str, ...] = ()
+    # The scheduler lets a goodput-profiled job choose its batch size (Pollux co-adaptation).
+    adaptive_batch: bool = False
 
 
 class Stop(_Body):
@@ -95,6 +97,18 @@ class JobFinished(_Body):
     iterations_done: float
 
 
+class TrainerReport(_Body):
+    """What a job's rank 0 reported on a live cluster: start (or resume), progress, the end."""
+
+    job_id: str
+    node_id: str
+    event: str  # started | progress | stopped | finished | failed
+    iteration: int = Field(ge=0)
+    loss: float | None = None
+    resumed: bool = False  # started from a checkpoint
+    throughput: float | None = None  # iterations per second over the last window
+
+
 class DeadLetter(_Body):
     """A message a service could not accept, kept with the reason so nothing is lost."""
 
@@ -112,6 +126,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "loom.plan.decided.v1": PlanDecided,
     "loom.node.command.v1": NodeCommand,
     "loom.job.finished.v1": JobFinished,
+    "loom.job.progress.v1": TrainerReport,
     "loom.deadletter.v1": DeadLetter,
 }
 TYPE_OF: dict[type[BaseModel], str] = {v: k for k, v in EVENT_TYPES.items()}

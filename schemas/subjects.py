@@ -12,6 +12,7 @@ STREAM_SUBJECTS = ("loom.>",)
 JOB_SUBMIT = "loom.jobs.submit"  # accepts msgpack envelopes and plain JSON (people, `nats pub`)
 JOB_TRANSITION = "loom.jobs.transition"
 JOB_FINISHED = "loom.jobs.finished"
+JOB_PROGRESS = "loom.jobs.progress"  # trainers' reports (live clusters)
 CYCLE_STARTED = "loom.sched.cycle"
 PLAN_DECIDED = "loom.sched.plan"
 NODE_STATUS = "loom.node.status"

@@ -33,4 +33,10 @@ class CancelTimer:
     key: Hashable
 
 
-Effect = Publish | SetTimer | CancelTimer
+@dataclass(frozen=True, slots=True)
+class LocalEffect:
+    """Base of effects only one kind of shell carries out (the node agent's process control);
+    any other shell refuses them."""
+
+
+Effect = Publish | SetTimer | CancelTimer | LocalEffect

@@ -34,7 +34,8 @@ PROMETHEUS = free_port()
 @pytest.fixture
 def cluster() -> Iterator[tuple[subprocess.Popen[str], str]]:
     proc = subprocess.Popen([*LOOM, "up", "--local-nodes", "2", "--gpus-per-node", "2",
-                             "--time-scale", "200", "--prometheus-port", str(PROMETHEUS)],
+                             "--time-scale", "200", "--trainers", "simulated",
+                             "--prometheus-port", str(PROMETHEUS)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -1,0 +1,257 @@
+"""The node agent of a live cluster: real trainer processes on this node's GPUs.
+
+A deterministic core, like every Loom core: it turns node commands and what its trainers
+report into effects, and never touches a process itself. Besides `Publish`, it asks its shell
+(`services.nodeagent.live`) to `Spawn` and `Kill` trainer processes; the shell feeds back each
+trainer's protocol records (`services.trainer.protocol`) and exit codes.
+
+A job placed on several nodes runs one trainer process per GPU (its rank): ranks are
+numbered along the placement, so every node of the gang computes the same ranks, world size,
+rendezvous address (the first node of the placement) and port (from the job and the cycle
+that launched it) without talking to the others. The node with rank 0 leads: it reports the
+job's progress (at every cycle, and when it stops) and its completion.
+
+Stopping is graceful: the trainers get SIGTERM and the grace period to checkpoint; the
+progress reported is what rank 0 checkpointed. A job launched again here while its previous
+run is still stopping starts once that run has exited, so it resumes from the checkpoint
+the previous run has just written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from schemas import subjects
+from schemas.cluster import NodeSpec
+from schemas.events import (
+    CycleStarted,
+    Envelope,
+    JobFinished,
+    Launch,
+    NodeCommand,
+    NodeStatus,
+    TrainerReport,
+)
+from services.runtime.effects import Effect, LocalEffect, Publish
+from services.runtime.service import CoreDefaults, Subscribe
+from services.trainer import protocol
+from services.trainer.catalog import FAMILIES, for_trace_model
+from services.trainer.config import TrainerConfig
+
+DEFAULT_GRACE_S = 30.0
+PORT_BASE, PORT_SPAN = 20000, 20000
+DEFAULT_BATCH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn(LocalEffect):
+    """Start one rank of a job on the given GPUs (by UUID)."""
+
+    job_id: str
+    rank: int
+    argv: tuple[str, ...]
+    gpu_uuids: tuple[str, ...]
+    checkpoint_dir: str
+
+
+@dataclass(frozen=True, slots=True)
+class Kill(LocalEffect):
+    """SIGTERM one rank; SIGKILL it after `grace_s`."""
+
+    job_id: str
+    rank: int
+    grace_s: float
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """How this node runs trainers (the same on every node of a cluster)."""
+
+    python: str = "python3"
+    checkpoint_root: Path = Path("/var/lib/loom/checkpoints")  # shared across nodes
+    grace_s: float = DEFAULT_GRACE_S
+    fast_forward: int = 0  # real iterations per launch before fast-forwarding (0: never)
+    report_every: int = 10
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int = 1
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"  # trainers' stderr
+
+
+@dataclass
+class _Job:
+    launch: Launch
+    ranks: dict[int, str]  # local rank → GPU UUID
+    leader: bool
+    alive: set[int] = field(default_factory=set)
+    iteration: float = 0.0  # rank 0's latest report
+    stopping: bool = False
+    stop_cycle: int = 0
+    finished: bool = False
+    failure: str | None = None
+    relaunch: tuple[Launch, int] | None = None  # (launch, cycle) waiting for this run to exit
+
+
+def local_ranks(node_id: str, launch: Launch) -> tuple[dict[int, int], int]:
+    """{rank: GPU index on this node} and the world size, ranks numbered along the placement."""
+    ranks: dict[int, int] = {}
+    rank = 0
+    for node, gpus in launch.placement:
+        for gpu in gpus:
+            if node == node_id:
+                ranks[rank] = gpu
+            rank += 1
+    return ranks, rank
+
+
+def rendezvous_port(job_id: str, cycle: int) -> int:
+    """Same on every node of the gang; new for each launch (no clash with a closing run)."""
+    digest = hashlib.sha256(f"{job_id}:{cycle}".encode()).digest()
+    return PORT_BASE + int.from_bytes(digest[:4], "big") % PORT_SPAN
+
+
+def global_batch(spec_batch: int | None, world: int) -> int:
+    """The job's global batch, rounded up to split evenly across its ranks."""
+    batch = spec_batch or DEFAULT_BATCH
+    return -(-batch // world) * world
+
+
+def family_of(model: str) -> str:
+    family = model if model in FAMILIES else for_trace_model(model)
+    if family is None:
+        raise ValueError(f"no trainer workload for model {model!r} "
+                         f"(families: {', '.join(FAMILIES)})")
+    return family
+
+
+class TrainerNodeCore(CoreDefaults):
+    def __init__(self, node: NodeSpec, gpu_uuids: Sequence[str], settings: TrainerSettings,
+                 addresses: Mapping[str, str] | None = None) -> None:
+        if len(gpu_uuids) < node.gpus:
+            raise ValueError(f"node {node.node_id} should have {node.gpus} GPUs; "
+                             f"found {len(gpu_uuids)}")
+        self.node = node
+        self.name = f"nodeagent-{node.node_id}"
+        self.gpu_uuids = tuple(gpu_uuids)
+        self.settings = settings
+        self.addresses = dict(addresses or {})
+        self.jobs: dict[str, _Job] = {}
+
+    def subscriptions(self) -> Sequence[Subscribe]:
+        return (Subscribe(subjects.node_command(self.node.node_id)),
+                Subscribe(subjects.CYCLE_STARTED))
+
+    # -- bus inputs ----------------------------------------------------------------------------
+    def handle(self, env: Envelope, now: float) -> list[Effect]:
+        body = env.body
+        if isinstance(body, NodeCommand):
+            return self._on_command(body)
+        if isinstance(body, CycleStarted):
+            return self._report(body.cycle)
+        raise TypeError(f"node agent does not handle {env.type}")
+
+    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
+        raise KeyError(key)
+
+    def _on_command(self, cmd: NodeCommand) -> list[Effect]:
+        effects: list[Effect] = []
+        for stop in cmd.stops:
+            job = self.jobs.get(stop.job_id)
+            if job is not None and not job.stopping:
+                job.stopping, job.stop_cycle = True, cmd.cycle
+                effects += [Kill(stop.job_id, r, self.settings.grace_s) for r in job.alive]
+        for launch in cmd.launches:
+            family_of(launch.spec.model)  # refuse a job no trainer can run, before any spawn
+            old = self.jobs.get(launch.job_id)
+            if old is not None and old.alive:
+                old.relaunch = (launch, cmd.cycle)  # once the previous run has exited
+                continue
+            effects += self._spawn(launch, cmd.cycle)
+        return effects
+
+    def _spawn(self, launch: Launch, cycle: int) -> list[Effect]:
+        me = self.node.node_id
+        ranks, world = local_ranks(me, launch)
+        spec = launch.spec
+        leader = launch.placement[0][0] == me
+        master = self.addresses.get(launch.placement[0][0], "127.0.0.1")
+        ckpt = self.settings.checkpoint_root / spec.job_id
+        job = _Job(launch, {r: self.gpu_uuids[g] for r, g in ranks.items()}, leader,
+                   alive=set(ranks), iteration=launch.iterations_done)
+        self.jobs[spec.job_id] = job
+        effects: list[Effect] = []
+        for rank, uuid in sorted(job.ranks.items()):
+            cfg = TrainerConfig(
+                job_id=spec.job_id, model=family_of(spec.model), iterations=spec.iterations,
+                batch_size=global_batch(spec.batch_size, world), checkpoint_dir=str(ckpt),
+                rank=rank, world_size=world, master_addr=master,
+                master_port=rendezvous_port(spec.job_id, cycle),
+                device=self.settings.device,
+                fast_forward=self.settings.fast_forward,
+                report_every=self.settings.report_every, threads=self.settings.threads,
+                log_level=self.settings.log_level)
+            argv = (self.settings.python, "-m", "services.trainer", *cfg.to_argv())
+            effects.append(Spawn(spec.job_id, rank, argv, (uuid,), str(ckpt)))
+        return effects
+
+    def _report(self, cycle: int) -> list[Effect]:
+        progress = {jid: job.iteration for jid, job in self.jobs.items()
+                    if job.leader and not job.stopping and not job.finished}
+        if not progress:
+            return []
+        return [Publish(subjects.NODE_STATUS, NodeStatus(node_id=self.node.node_id,
+                                                         cycle=cycle, progress=progress))]
+
+    # -- trainer inputs (from the shell) ---------------------------------------------------
+    def on_record(self, job_id: str, rank: int, record: protocol.Record) -> list[Effect]:
+        job = self.jobs.get(job_id)
+        if job is None or rank != 0:
+            return []  # rank 0 speaks for the job; other ranks' records are for their logs
+        loss = throughput = None
+        resumed = False
+        if isinstance(record, protocol.Started):
+            resumed = record.resumed
+        elif isinstance(record, protocol.Progress):
+            loss, throughput = record.loss, record.throughput
+        elif isinstance(record, protocol.Stopped):
+            loss = record.loss
+        elif isinstance(record, protocol.Finished):
+            loss, job.finished = record.loss, True
+        elif isinstance(record, protocol.Failed):
+            job.failure = record.reason
+        if isinstance(record, protocol.Checkpointed):
+            job.iteration = float(record.iteration)
+            return []
+        iteration = getattr(record, "iteration", None)
+        if iteration is not None:
+            job.iteration = float(iteration)
+        return [Publish(subjects.JOB_PROGRESS, TrainerReport(
+            job_id=job_id, node_id=self.node.node_id, event=record.event,
+            iteration=int(job.iteration), loss=loss, resumed=resumed, throughput=throughput))]
+
+    def on_exit(self, job_id: str, rank: int, code: int) -> list[Effect]:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return []
+        job.alive.discard(rank)
+        if rank == 0 and code != 0 and not job.stopping and job.failure is None:
+            job.failure = f"rank 0 exited with {code}"
+        if job.alive:
+            return []
+        del self.jobs[job_id]
+        effects: list[Effect] = []
+        if job.leader:
+            if job.finished:
+                effects.append(Publish(subjects.JOB_FINISHED, JobFinished(
+                    job_id=job_id, node_id=self.node.node_id, iterations_done=job.iteration)))
+            else:
+                # Stopped (or crashed): the checkpointed progress is what the next run resumes.
+                effects.append(Publish(subjects.NODE_STATUS, NodeStatus(
+                    node_id=self.node.node_id, cycle=job.stop_cycle,
+                    progress={job_id: job.iteration})))
+        if job.relaunch is not None:
+            effects += self._spawn(*job.relaunch)
+        return effects

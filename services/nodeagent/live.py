@@ -1,0 +1,138 @@
+"""The node agent's shell: runs the core's `Spawn`/`Kill` through the process supervisor and
+feeds the trainers' protocol records and exit codes back to the core.
+
+Checkpoint hand-over between nodes: a job stopped on one node may be launched on another
+before the first has written its checkpoint. Rank 0 of a job therefore holds an exclusive
+lock on `<checkpoint dir>/.rank0.lock` from before it starts until it has exited; a new rank 0
+(on any node sharing the checkpoint directory) waits for the lock, so it always resumes from
+the last checkpoint. The lock is `fcntl.flock`, which NFSv4 also honours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+from pathlib import Path
+from typing import IO
+
+from pydantic import ValidationError
+
+from services.nodeagent.agent import Kill, Spawn, TrainerNodeCore
+from services.nodeagent.supervisor import ProcessSpec, Supervisor
+from services.runtime.bus import Bus
+from services.runtime.clock import Clock
+from services.runtime.effects import Effect
+from services.runtime.service import Shell
+from services.trainer import protocol
+
+LOCK_NAME = ".rank0.lock"
+LOCK_WAIT_S = 600.0
+
+
+def process_key(job_id: str, rank: int) -> str:
+    return f"{job_id}#{rank}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    job_id, _, rank = key.rpartition("#")
+    return job_id, int(rank)
+
+
+class NodeAgentShell(Shell):
+    core: TrainerNodeCore
+
+    def __init__(self, core: TrainerNodeCore, bus: Bus, clock: Clock, *, run_id: str,
+                 cwd: Path | None = None) -> None:
+        super().__init__(core, bus, clock, run_id=run_id)
+        self.supervisor = Supervisor(self._on_line, self._on_exit,
+                                     grace_s=core.settings.grace_s)
+        self.cwd = cwd
+        self._locks: dict[str, IO[bytes]] = {}  # job → its held rank-0 lock
+        self._pending: set[asyncio.Task[None]] = set()
+
+    async def apply(self, effects: list[Effect], cause: str | None) -> None:
+        rest: list[Effect] = []
+        for eff in effects:
+            if isinstance(eff, Spawn):
+                self._background(self._spawn(eff))
+            elif isinstance(eff, Kill):
+                self._background(self._kill(eff))
+            else:
+                rest.append(eff)
+        await super().apply(rest, cause)
+
+    def _background(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _spawn(self, eff: Spawn) -> None:
+        key = process_key(eff.job_id, eff.rank)
+        try:
+            if eff.rank == 0:
+                self._locks[eff.job_id] = await _lock(Path(eff.checkpoint_dir), LOCK_WAIT_S)
+            await self.supervisor.launch(ProcessSpec(key, eff.argv, eff.gpu_uuids,
+                                                     {"LOOM_JOB_ID": eff.job_id}, self.cwd))
+        except Exception as exc:  # the job cannot start here: the core learns it as an exit
+            self._log("error", "spawn failed", job=eff.job_id, rank=eff.rank,
+                      reason=f"{type(exc).__name__}: {exc}")
+            self._release(eff.job_id, eff.rank)
+            await self._feed(self.core.on_exit(eff.job_id, eff.rank, 127))
+
+    async def _kill(self, eff: Kill) -> None:
+        await self.supervisor.stop(process_key(eff.job_id, eff.rank), eff.grace_s)
+
+    async def _on_line(self, key: str, line: str) -> None:
+        job_id, rank = split_key(key)
+        try:
+            record = protocol.decode(line)
+        except ValidationError:
+            self._log("info", "trainer output", job=job_id, rank=rank, line=line[:500])
+            return
+        await self._feed(self.core.on_record(job_id, rank, record))
+
+    async def _on_exit(self, key: str, code: int) -> None:
+        job_id, rank = split_key(key)
+        self._release(job_id, rank)
+        await self._feed(self.core.on_exit(job_id, rank, code))
+
+    async def _feed(self, effects: list[Effect]) -> None:
+        try:
+            await self.apply(effects, None)
+        except Exception as exc:  # never let one job's trouble stop the agent
+            self.errors += 1
+            self._log("error", "node agent effect failed", reason=f"{type(exc).__name__}: {exc}")
+
+    def _release(self, job_id: str, rank: int) -> None:
+        if rank == 0:
+            handle = self._locks.pop(job_id, None)
+            if handle is not None:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+
+    async def stop(self) -> None:
+        """Stop every trainer this agent started (each checkpoints), then let go of locks."""
+        await self.supervisor.stop_all()
+        for task in list(self._pending):
+            task.cancel()
+        for job_id in list(self._locks):
+            self._release(job_id, 0)
+
+
+async def _lock(directory: Path, wait_s: float, poll_s: float = 0.05) -> IO[bytes]:
+    """The job's rank-0 lock, waiting (without blocking the loop) for a previous holder."""
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = open(directory / LOCK_NAME, "ab")  # noqa: SIM115 - held until rank 0 exits
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if asyncio.get_running_loop().time() > deadline:
+                handle.close()
+                raise TimeoutError(f"{directory / LOCK_NAME} still held after {wait_s}s "
+                                   "(the job's previous run has not exited)") from None
+            await asyncio.sleep(poll_s)
