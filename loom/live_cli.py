@@ -18,7 +18,7 @@ from loom.demo import run_demo
 from loom.serve import SERVICES, ServeOptions, UpOptions, control_subject, serve, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
-from services.runtime.nats_live import MSG_ID, ensure_stream
+from services.runtime.nats_live import MSG_ID, ensure_stream, server_list
 from traces import load_cluster, load_trace
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -42,7 +42,13 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                    help="Unix time at which cluster time 0 starts (default: use Unix time)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--prometheus-port", type=int,
-                   help="metrics: serve Prometheus /metrics on 127.0.0.1:PORT")
+                   help="metrics: serve Prometheus /metrics on PORT")
+    s.add_argument("--prometheus-addr", default="127.0.0.1",
+                   help="metrics: address to serve /metrics on (default 127.0.0.1; 0.0.0.0 "
+                        "in a container)")
+    s.add_argument("--stream-replicas", type=int, default=1,
+                   help="copies of the event stream when creating it on a NATS cluster "
+                        "(default 1; 3 on a 3-server cluster)")
     agent = s.add_argument_group("nodeagent")
     agent.add_argument("--trainers", choices=("pytorch", "simulated"), default="pytorch",
                        help="pytorch: run real trainer processes (default); simulated: "
@@ -111,7 +117,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         seed=args.seed, prometheus_port=args.prometheus_port,
                         trainers=args.trainers, fake_gpus=args.fake_gpus,
                         gpu_backend=args.gpu_backend, checkpoint_root=args.checkpoint_root,
-                        grace_s=args.grace_s, fast_forward=args.fast_forward)
+                        grace_s=args.grace_s, fast_forward=args.fast_forward,
+                        prometheus_addr=args.prometheus_addr,
+                        stream_replicas=args.stream_replicas)
     return asyncio.run(serve(opts))
 
 
@@ -143,7 +151,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 async def _submit(args: argparse.Namespace, job_id: str) -> str:
-    nc = await nats.connect(args.nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    nc = await nats.connect(servers=server_list(args.nats_url), connect_timeout=5,
+                            max_reconnect_attempts=0)
     try:
         body: dict[str, Any] = {"job_id": job_id, "tenant": args.tenant, "model": args.model,
                                 "gpus": args.gpus, "iterations": args.iterations,
@@ -192,7 +201,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 async def _status(url: str) -> dict[str, Any]:
-    nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0)
+    nc = await nats.connect(servers=server_list(url), connect_timeout=5,
+                            max_reconnect_attempts=0)
     try:
         return await _state(nc)
     finally:

@@ -41,7 +41,7 @@ from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
 from services.runtime.clock import WallClock
 from services.runtime.logging import get_logger
-from services.runtime.nats_live import NatsLiveBus
+from services.runtime.nats_live import NatsLiveBus, server_list
 from services.runtime.natsserver import EmbeddedNats
 from services.runtime.service import Core, Shell
 from services.scheduler.core import SchedulerCore
@@ -71,6 +71,8 @@ class ServeOptions:
     origin: float | None = None
     seed: int = 0
     prometheus_port: int | None = None  # metrics: serve /metrics here
+    prometheus_addr: str = "127.0.0.1"
+    stream_replicas: int = 1  # copies of the event stream on a NATS cluster
     trainers: str = "simulated"  # nodeagent: "pytorch" (real trainer processes) or "simulated"
     fake_gpus: int | None = None  # nodeagent: K fake GPUs instead of NVML/DCGM discovery
     gpu_backend: str = "auto"  # nodeagent: auto | dcgm | nvml
@@ -142,7 +144,8 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     core = build_core(opts)
     clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
                       origin=opts.origin)
-    bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now)
+    bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
+                                    replicas=opts.stream_replicas)
     # Event ids must not repeat across restarts (JetStream would drop them as duplicates).
     run_id = f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}"
     shell = (NodeAgentShell(core, bus, clock, run_id=run_id)
@@ -167,7 +170,8 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     await micro.add_endpoint(name="state", subject=control_subject(core.name), handler=state)
     exporter = None
     if opts.prometheus_port is not None and isinstance(core, MetricsCore):
-        exporter = serve_http(registry_for(core, opts.cluster), opts.prometheus_port)
+        exporter = serve_http(registry_for(core, opts.cluster), opts.prometheus_port,
+                              opts.prometheus_addr)
     await shell.start()
     log.info("serving", service=core.name, nats=opts.nats_url)
     try:
@@ -276,7 +280,7 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
 
 async def _await_services(url: str, count: int, timeout: float = 60.0) -> None:
     """Until `count` Loom services answer the micro-service PING."""
-    nc = await nats.connect(url)
+    nc = await nats.connect(servers=server_list(url))
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -49,14 +49,24 @@ def consumer_name(service: str, subject: str) -> str:
     return f"{safe}-{hashlib.sha1(subject.encode()).hexdigest()[:10]}"
 
 
-async def ensure_stream(js: Any, stream: str = subjects.STREAM, prefix: str = "") -> None:
-    """Create the cluster's stream (`loom.>`, file storage) or leave an existing one as is."""
+async def ensure_stream(js: Any, stream: str = subjects.STREAM, prefix: str = "",
+                        replicas: int = 1) -> None:
+    """Create the cluster's stream (`loom.>`, file storage; `replicas` copies on a NATS
+    cluster) or leave an existing one as it is."""
     cfg = StreamConfig(name=stream, subjects=[f"{prefix}loom.>"],
-                       duplicate_window=DUPLICATE_WINDOW_S)
+                       duplicate_window=DUPLICATE_WINDOW_S, num_replicas=replicas)
     try:
         await js.stream_info(stream)
     except nats.js.errors.NotFoundError:
         await js.add_stream(cfg)
+
+
+def server_list(url: str) -> list[str]:
+    """`nats://a:4222,nats://b:4222` → the servers a client may connect to."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    if not servers:
+        raise ValueError("--nats-url is empty")
+    return servers
 
 
 class NatsLiveBus:
@@ -73,15 +83,18 @@ class NatsLiveBus:
 
     @classmethod
     async def connect(cls, url: str, *, service: str, now: Callable[[], float],
-                      stream: str = subjects.STREAM, prefix: str = "") -> NatsLiveBus:
+                      stream: str = subjects.STREAM, prefix: str = "",
+                      replicas: int = 1) -> NatsLiveBus:
+        """`url` may list several servers of a NATS cluster, comma-separated."""
         async def error(exc: Exception) -> None:
             _log.warning("nats client error", service=service,
                          error=f"{type(exc).__name__}: {exc}")
 
-        nc = await nats.connect(url, name=f"loom-{service}", error_cb=error,
-                                max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+        nc = await nats.connect(servers=server_list(url), name=f"loom-{service}",
+                                error_cb=error, max_reconnect_attempts=-1,
+                                reconnect_time_wait=0.5)
         bus = cls(nc, service=service, now=now, stream=stream, prefix=prefix)
-        await ensure_stream(bus.js, stream, prefix)
+        await ensure_stream(bus.js, stream, prefix, replicas)
         return bus
 
     async def publish(self, subject: str, env: Envelope) -> bool:

@@ -14,7 +14,7 @@ import pytest
 
 from schemas import subjects
 from schemas.events import CycleStarted, DeadLetter, Envelope, envelope
-from services.runtime.nats_live import NatsLiveBus, consumer_name
+from services.runtime.nats_live import NatsLiveBus, consumer_name, server_list
 from services.runtime.natsserver import EmbeddedNats
 
 pytestmark = pytest.mark.nats
@@ -139,3 +139,16 @@ async def test_publishing_outside_the_stream_is_refused(nats_server: EmbeddedNat
     with pytest.raises(ValueError, match="outside the cluster's stream"):
         await bus.publish_raw("other.subject", b"x")
     await bus.close()
+
+
+@pytest.mark.parametrize(("url", "servers"), [
+    ("nats://a:4222", ["nats://a:4222"]),
+    ("nats://a:4222, nats://b:4223,", ["nats://a:4222", "nats://b:4223"]),
+])
+def test_a_url_may_list_the_servers_of_a_cluster(url: str, servers: list[str]) -> None:
+    assert server_list(url) == servers
+
+
+def test_an_empty_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="--nats-url is empty"):
+        server_list(" , ")
