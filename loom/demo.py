@@ -181,6 +181,8 @@ def _summary(state: dict[str, Any], metrics: dict[str, Any],
         "finished": metrics.get("finished"),
         "prometheus_finished": _metric(scrape, 'loom_jobs{state="finished"}'),
         "prometheus_jct_count": _metric(scrape, "loom_job_completion_seconds_count"),
+        "prometheus_gpus_reporting": sum(
+            1 for line in scrape.splitlines() if line.startswith("loom_gpu_utilization_ratio{")),
     }
 
 

@@ -28,7 +28,8 @@ from typing import Any
 import nats.micro
 
 from loom.simulate import make_scheduler
-from schemas.cluster import ClusterSpec
+from schemas.cluster import ClusterSpec, NodeSpec
+from schemas.events import GpuInfo, GpuLink, NodeInfo
 from schemas.job import JobSpec, JobState
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
@@ -81,33 +82,49 @@ class ServeOptions:
     fast_forward: int = 0
 
 
-def build_core(opts: ServeOptions) -> Core:
+def build_service(opts: ServeOptions) -> tuple[Core, GpuBackend | None]:
+    """The service's core, and for a trainer-launching node agent its GPU backend."""
     if opts.service == "scheduler":
         return make_scheduler(opts.policy, opts.cluster, round_s=opts.round_s,
-                              overhead=opts.overhead, seed=opts.seed)
+                              overhead=opts.overhead, seed=opts.seed), None
     if opts.service == "placer":
-        return PlacerCore(opts.cluster)
+        return PlacerCore(opts.cluster), None
     if opts.service == "metrics":
-        return MetricsCore(opts.cluster.total_gpus)
+        return MetricsCore(opts.cluster.total_gpus), None
     if opts.service == "injector":
-        return InjectorCore(opts.jobs)
+        return InjectorCore(opts.jobs), None
     if opts.service == "nodeagent":
-        nodes = {n.node_id: n for n in opts.cluster.nodes}
-        if opts.node not in nodes:
-            raise ValueError(f"nodeagent needs --node, one of the cluster's nodes "
-                             f"({', '.join(list(nodes)[:8])}{', …' if len(nodes) > 8 else ''})")
-        node = nodes[opts.node]
+        node = _node(opts)
         if opts.trainers == "simulated":
-            return SimNodeCore(node, parse_overhead(opts.overhead), None)
+            return SimNodeCore(node, parse_overhead(opts.overhead), None), None
         if opts.trainers != "pytorch":
             raise ValueError(f"--trainers must be pytorch or simulated, not {opts.trainers!r}")
-        backend: GpuBackend = (FakeBackend(opts.fake_gpus, node.gpu_type, node.node_id)
-                               if opts.fake_gpus is not None else detect_backend(opts.gpu_backend))
-        uuids = [g.uuid for g in backend.discover()]
-        settings = TrainerSettings(python=sys.executable, checkpoint_root=opts.checkpoint_root,
-                                   grace_s=opts.grace_s, fast_forward=opts.fast_forward)
-        return TrainerNodeCore(node, uuids, settings)
+        return trainer_agent(opts, node)
     raise ValueError(f"unknown service {opts.service!r}; one of {', '.join(SERVICES)}")
+
+
+def _node(opts: ServeOptions) -> NodeSpec:
+    nodes = {n.node_id: n for n in opts.cluster.nodes}
+    if opts.node not in nodes:
+        raise ValueError(f"nodeagent needs --node, one of the cluster's nodes "
+                         f"({', '.join(list(nodes)[:8])}{', …' if len(nodes) > 8 else ''})")
+    return nodes[opts.node]
+
+
+def trainer_agent(opts: ServeOptions, node: NodeSpec) -> tuple[TrainerNodeCore, GpuBackend]:
+    """The trainer-launching node agent and the GPU backend it found its GPUs with."""
+    backend: GpuBackend = (FakeBackend(opts.fake_gpus, node.gpu_type, node.node_id)
+                           if opts.fake_gpus is not None else detect_backend(opts.gpu_backend))
+    found = backend.discover()
+    inventory = NodeInfo(
+        node_id=node.node_id, backend=backend.name,
+        gpus=tuple(GpuInfo(index=g.index, uuid=g.uuid, name=g.name,
+                           memory_bytes=g.memory_bytes) for g in found),
+        links=tuple(GpuLink(a=x.a, b=x.b, kind=x.kind) for x in backend.topology()))
+    settings = TrainerSettings(python=sys.executable, checkpoint_root=opts.checkpoint_root,
+                               grace_s=opts.grace_s, fast_forward=opts.fast_forward)
+    core = TrainerNodeCore(node, [g.uuid for g in found], settings, inventory=inventory)
+    return core, backend
 
 
 def core_state(core: Core, now: float) -> dict[str, Any]:
@@ -141,15 +158,16 @@ def job_row(core: SchedulerCore, job_id: str, now: float) -> dict[str, Any]:
 
 async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     """Run one service until `stop` is set (or SIGTERM/SIGINT); 0 on a clean drain."""
-    core = build_core(opts)
+    core, backend = build_service(opts)
     clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
                       origin=opts.origin)
     bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
                                     replicas=opts.stream_replicas)
     # Event ids must not repeat across restarts (JetStream would drop them as duplicates).
     run_id = f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}"
-    shell = (NodeAgentShell(core, bus, clock, run_id=run_id)
-             if isinstance(core, TrainerNodeCore) else Shell(core, bus, clock, run_id=run_id))
+    shell = (NodeAgentShell(core, bus, clock, run_id=run_id, backend=backend)
+             if isinstance(core, TrainerNodeCore) and backend is not None
+             else Shell(core, bus, clock, run_id=run_id))
     signals: list[signal.Signals] = []
     if stop is None:  # a process of its own: signals stop it
         stop = asyncio.Event()

@@ -97,6 +97,44 @@ class JobFinished(_Body):
     iterations_done: float
 
 
+class GpuInfo(_Body):
+    """One GPU of a node as its agent found it (NVML/DCGM, or the fake backend)."""
+
+    index: int = Field(ge=0)
+    uuid: str
+    name: str
+    memory_bytes: int = Field(ge=0)
+
+
+class GpuLink(_Body):
+    a: str  # GPU UUIDs
+    b: str
+    kind: str  # nvlink | pcie-switch | pcie-host | system
+
+
+class NodeInfo(_Body):
+    """What a node agent found at start: its GPUs and how they are connected."""
+
+    node_id: str
+    backend: str  # dcgm | nvml | fake
+    gpus: tuple[GpuInfo, ...]
+    links: tuple[GpuLink, ...] = ()
+
+
+class GpuSample(_Body):
+    uuid: str
+    utilization_ratio: float = Field(ge=0, le=1)
+    memory_used_bytes: int = Field(ge=0)
+
+
+class NodeHeartbeat(_Body):
+    """A node agent is alive: its GPUs' telemetry and the jobs it runs."""
+
+    node_id: str
+    gpus: tuple[GpuSample, ...] = ()
+    jobs: tuple[str, ...] = ()
+
+
 class TrainerReport(_Body):
     """What a job's rank 0 reported on a live cluster: start (or resume), progress, the end."""
 
@@ -127,6 +165,8 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "loom.node.command.v1": NodeCommand,
     "loom.job.finished.v1": JobFinished,
     "loom.job.progress.v1": TrainerReport,
+    "loom.node.info.v1": NodeInfo,
+    "loom.node.heartbeat.v1": NodeHeartbeat,
     "loom.deadletter.v1": DeadLetter,
 }
 TYPE_OF: dict[type[BaseModel], str] = {v: k for k, v in EVENT_TYPES.items()}

@@ -16,6 +16,8 @@ JOB_PROGRESS = "loom.jobs.progress"  # trainers' reports (live clusters)
 CYCLE_STARTED = "loom.sched.cycle"
 PLAN_DECIDED = "loom.sched.plan"
 NODE_STATUS = "loom.node.status"
+NODE_INFO = "loom.node.info"  # a node agent's GPUs and topology, at start
+NODE_HEARTBEAT = "loom.node.heartbeat"  # liveness and GPU telemetry, every few seconds
 DEADLETTER_PREFIX = "loom.deadletter"
 
 

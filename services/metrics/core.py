@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas import subjects
-from schemas.events import Envelope, JobTransition, PlanDecided
+from schemas.events import Envelope, JobTransition, NodeHeartbeat, PlanDecided
 from schemas.job import JobState
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
@@ -111,12 +111,17 @@ class MetricsCore(CoreDefaults):
         self.rejected = 0
         self.interleaved = 0  # launches onto GPUs shared with other jobs (Muri groups)
         self.awaited: set[str] = set()  # jobs a run waits for (Gavel's jobs_to_complete)
+        self.heartbeats: dict[str, tuple[float, NodeHeartbeat]] = {}  # node → latest (live)
 
     def subscriptions(self) -> Sequence[Subscribe]:
-        return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED))
+        return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED),
+                Subscribe(subjects.NODE_HEARTBEAT))
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
+        if isinstance(body, NodeHeartbeat):  # telemetry, not a decision: outside the digest
+            self.heartbeats[body.node_id] = (env.occurred_at, body)
+            return []
         self.decisions += 1
         if isinstance(body, JobTransition):
             self._digest.update(transition_record(body, env.occurred_at).encode())

@@ -67,6 +67,23 @@ class MetricsCollector(Collector):
             util.add_metric([node.node_id], busy.get(node.node_id, 0) / node.gpus
                             if node.gpus else 0.0)
         yield util
+        gpu_util = GaugeMetricFamily("loom_gpu_utilization_ratio",
+                                     "GPU busy share as the node agent last measured it",
+                                     labels=["node", "gpu"])
+        gpu_mem = GaugeMetricFamily("loom_gpu_memory_used_bytes",
+                                    "GPU memory in use as the node agent last measured it",
+                                    labels=["node", "gpu"])
+        seen = GaugeMetricFamily("loom_node_last_heartbeat_seconds",
+                                 "Cluster time of the node agent's latest heartbeat",
+                                 labels=["node"])
+        for node_id, (at, beat) in sorted(core.heartbeats.items()):
+            seen.add_metric([node_id], at)
+            for sample in beat.gpus:
+                gpu_util.add_metric([node_id, sample.uuid], sample.utilization_ratio)
+                gpu_mem.add_metric([node_id, sample.uuid], sample.memory_used_bytes)
+        yield gpu_util
+        yield gpu_mem
+        yield seen
         yield CounterMetricFamily("loom_gpu_busy_seconds_total",
                                   "GPU-seconds held by running jobs (cluster time)",
                                   value=core.busy_gpu_s)

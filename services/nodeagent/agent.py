@@ -30,13 +30,16 @@ from schemas.cluster import NodeSpec
 from schemas.events import (
     CycleStarted,
     Envelope,
+    GpuSample,
     JobFinished,
     Launch,
     NodeCommand,
+    NodeHeartbeat,
+    NodeInfo,
     NodeStatus,
     TrainerReport,
 )
-from services.runtime.effects import Effect, LocalEffect, Publish
+from services.runtime.effects import PRIORITY_INPUT, Effect, LocalEffect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
 from services.trainer import protocol
 from services.trainer.catalog import FAMILIES, for_trace_model
@@ -67,6 +70,11 @@ class Kill(LocalEffect):
     grace_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class SampleGpus(LocalEffect):
+    """Read the GPUs' telemetry and hand it to `on_telemetry` (for the heartbeat)."""
+
+
 @dataclass(frozen=True)
 class TrainerSettings:
     """How this node runs trainers (the same on every node of a cluster)."""
@@ -79,6 +87,7 @@ class TrainerSettings:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1
     log_level: Literal["debug", "info", "warning", "error"] = "warning"  # trainers' stderr
+    heartbeat_s: float = 5.0
 
 
 @dataclass
@@ -129,7 +138,8 @@ def family_of(model: str) -> str:
 
 class TrainerNodeCore(CoreDefaults):
     def __init__(self, node: NodeSpec, gpu_uuids: Sequence[str], settings: TrainerSettings,
-                 addresses: Mapping[str, str] | None = None) -> None:
+                 addresses: Mapping[str, str] | None = None,
+                 inventory: NodeInfo | None = None) -> None:
         if len(gpu_uuids) < node.gpus:
             raise ValueError(f"node {node.node_id} should have {node.gpus} GPUs; "
                              f"found {len(gpu_uuids)}")
@@ -138,6 +148,7 @@ class TrainerNodeCore(CoreDefaults):
         self.gpu_uuids = tuple(gpu_uuids)
         self.settings = settings
         self.addresses = dict(addresses or {})
+        self.inventory = inventory
         self.jobs: dict[str, _Job] = {}
 
     def subscriptions(self) -> Sequence[Subscribe]:
@@ -153,8 +164,22 @@ class TrainerNodeCore(CoreDefaults):
             return self._report(body.cycle)
         raise TypeError(f"node agent does not handle {env.type}")
 
+    def start(self, now: float) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("heartbeat", now, PRIORITY_INPUT)]
+        if self.inventory is not None:
+            effects.insert(0, Publish(subjects.NODE_INFO, self.inventory))
+        return effects
+
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
-        raise KeyError(key)
+        if key != "heartbeat":
+            raise KeyError(key)
+        return [SampleGpus(), SetTimer("heartbeat", now + self.settings.heartbeat_s,
+                                       PRIORITY_INPUT)]
+
+    def on_telemetry(self, samples: Sequence[GpuSample]) -> list[Effect]:
+        """The heartbeat: alive, with its GPUs' telemetry and the jobs it runs."""
+        return [Publish(subjects.NODE_HEARTBEAT, NodeHeartbeat(
+            node_id=self.node.node_id, gpus=tuple(samples), jobs=tuple(sorted(self.jobs))))]
 
     def _on_command(self, cmd: NodeCommand) -> list[Effect]:
         effects: list[Effect] = []

@@ -18,7 +18,9 @@ from typing import IO
 
 from pydantic import ValidationError
 
-from services.nodeagent.agent import Kill, Spawn, TrainerNodeCore
+from schemas.events import GpuSample
+from services.nodeagent.agent import Kill, SampleGpus, Spawn, TrainerNodeCore
+from services.nodeagent.gpu import GpuBackend
 from services.nodeagent.supervisor import ProcessSpec, Supervisor
 from services.runtime.bus import Bus
 from services.runtime.clock import Clock
@@ -43,8 +45,9 @@ class NodeAgentShell(Shell):
     core: TrainerNodeCore
 
     def __init__(self, core: TrainerNodeCore, bus: Bus, clock: Clock, *, run_id: str,
-                 cwd: Path | None = None) -> None:
+                 backend: GpuBackend, cwd: Path | None = None) -> None:
         super().__init__(core, bus, clock, run_id=run_id)
+        self.backend = backend
         self.supervisor = Supervisor(self._on_line, self._on_exit,
                                      grace_s=core.settings.grace_s)
         self.cwd = cwd
@@ -58,6 +61,8 @@ class NodeAgentShell(Shell):
                 self._background(self._spawn(eff))
             elif isinstance(eff, Kill):
                 self._background(self._kill(eff))
+            elif isinstance(eff, SampleGpus):
+                rest += self.core.on_telemetry(self._sample())
             else:
                 rest.append(eff)
         await super().apply(rest, cause)
@@ -79,6 +84,16 @@ class NodeAgentShell(Shell):
                       reason=f"{type(exc).__name__}: {exc}")
             self._release(eff.job_id, eff.rank)
             await self._feed(self.core.on_exit(eff.job_id, eff.rank, 127))
+
+    def _sample(self) -> list[GpuSample]:
+        try:
+            return [GpuSample(uuid=t.uuid,
+                              utilization_ratio=min(1.0, max(0.0, t.utilization_ratio)),
+                              memory_used_bytes=t.memory_used_bytes)
+                    for t in self.backend.telemetry()]
+        except Exception as exc:  # telemetry is best effort; the heartbeat still goes out
+            self._log("warning", "GPU telemetry failed", reason=f"{type(exc).__name__}: {exc}")
+            return []
 
     async def _kill(self, eff: Kill) -> None:
         await self.supervisor.stop(process_key(eff.job_id, eff.rank), eff.grace_s)
@@ -115,6 +130,8 @@ class NodeAgentShell(Shell):
     async def stop(self) -> None:
         """Stop every trainer this agent started (each checkpoints), then let go of locks."""
         await self.supervisor.stop_all()
+        with contextlib.suppress(Exception):
+            self.backend.close()
         for task in list(self._pending):
             task.cancel()
         for job_id in list(self._locks):

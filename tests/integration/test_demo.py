@@ -41,3 +41,4 @@ def test_demo_runs_six_real_jobs_with_a_preemption_and_a_resume(tmp_path: Path) 
     assert summary["finished"] == 6 and summary["avg_jct_s"] > 0
     assert summary["prometheus_finished"] == 6
     assert summary["prometheus_jct_count"] == 6
+    assert summary["prometheus_gpus_reporting"] == 4  # every fake GPU, from heartbeats

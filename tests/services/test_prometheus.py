@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas.events import JobTransition, envelope
+from schemas.events import GpuSample, JobTransition, NodeHeartbeat, envelope
 from schemas.job import JobState
 from services.metrics.core import MetricsCore
 from services.metrics.prometheus import exposition, histogram, registry_for, serve_http
@@ -82,3 +82,17 @@ def test_the_endpoint_serves_the_same_text_over_http() -> None:
     finally:
         server.shutdown()
     assert samples(text)[("loom_jobs", (("state", "finished"),))] == 1
+
+
+def test_heartbeats_become_per_gpu_gauges_and_stay_out_of_the_digest() -> None:
+    m = scripted()
+    digest, decisions = m.digest, m.decisions
+    beat = NodeHeartbeat(node_id="n0", gpus=(
+        GpuSample(uuid="GPU-a", utilization_ratio=0.75, memory_used_bytes=1 << 30),), jobs=("a",))
+    m.handle(envelope(beat, event_id="hb", occurred_at=650.0, producer="nodeagent-n0",
+                      causation_id=None), 650.0)
+    assert (m.digest, m.decisions) == (digest, decisions)
+    got = samples(exposition(registry_for(m, cluster(2, 4))))
+    assert got[("loom_gpu_utilization_ratio", (("gpu", "GPU-a"), ("node", "n0")))] == 0.75
+    assert got[("loom_gpu_memory_used_bytes", (("gpu", "GPU-a"), ("node", "n0")))] == 1 << 30
+    assert got[("loom_node_last_heartbeat_seconds", (("node", "n0"),))] == 650.0

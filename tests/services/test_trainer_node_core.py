@@ -10,10 +10,15 @@ from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.events import (
     CycleStarted,
+    GpuInfo,
+    GpuLink,
+    GpuSample,
     GpuSlots,
     JobFinished,
     Launch,
     NodeCommand,
+    NodeHeartbeat,
+    NodeInfo,
     NodeStatus,
     Stop,
     TrainerReport,
@@ -21,6 +26,7 @@ from schemas.events import (
 )
 from services.nodeagent.agent import (
     Kill,
+    SampleGpus,
     Spawn,
     TrainerNodeCore,
     TrainerSettings,
@@ -28,7 +34,7 @@ from services.nodeagent.agent import (
     local_ranks,
     rendezvous_port,
 )
-from services.runtime.effects import Effect, Publish
+from services.runtime.effects import PRIORITY_INPUT, Effect, Publish, SetTimer
 from services.trainer import protocol
 from services.trainer.config import parse
 from tests.builders import make_job
@@ -163,3 +169,22 @@ def test_an_agent_needs_as_many_gpus_as_its_node() -> None:
 def test_subjects() -> None:
     assert [s.subject for s in agent(1).subscriptions()] == [subjects.node_command(N1),
                                                              subjects.CYCLE_STARTED]
+
+
+def test_start_announces_the_inventory_and_heartbeats_carry_telemetry_and_jobs() -> None:
+    inventory = NodeInfo(node_id=N0, backend="fake", gpus=(
+        GpuInfo(index=0, uuid="GPU-0-a", name="Fake", memory_bytes=1),
+        GpuInfo(index=1, uuid="GPU-0-b", name="Fake", memory_bytes=1)),
+        links=(GpuLink(a="GPU-0-a", b="GPU-0-b", kind="nvlink"),))
+    core = TrainerNodeCore(CLUSTER.nodes[0], ["GPU-0-a", "GPU-0-b"], SETTINGS,
+                           inventory=inventory)
+    start = core.start(100.0)
+    assert bodies(start) == [inventory]
+    assert SetTimer("heartbeat", 100.0, PRIORITY_INPUT) in start
+    tick = core.on_timer("heartbeat", 100.0)
+    assert tick == [SampleGpus(), SetTimer("heartbeat", 100.0 + SETTINGS.heartbeat_s,
+                                           PRIORITY_INPUT)]
+    core.handle(command(N0, 1, (launch("j", ((N0, (0,)),)),)), 0.0)  # type: ignore[arg-type]
+    sample = GpuSample(uuid="GPU-0-a", utilization_ratio=0.5, memory_used_bytes=7)
+    assert bodies(core.on_telemetry([sample])) == [
+        NodeHeartbeat(node_id=N0, gpus=(sample,), jobs=("j",))]
