@@ -122,7 +122,8 @@ def trainer_agent(opts: ServeOptions, node: NodeSpec) -> tuple[TrainerNodeCore, 
                            memory_bytes=g.memory_bytes) for g in found),
         links=tuple(GpuLink(a=x.a, b=x.b, kind=x.kind) for x in backend.topology()))
     settings = TrainerSettings(python=sys.executable, checkpoint_root=opts.checkpoint_root,
-                               grace_s=opts.grace_s, fast_forward=opts.fast_forward)
+                               grace_s=opts.grace_s, fast_forward=opts.fast_forward,
+                               mps_dir=opts.checkpoint_root.parent / "mps")
     core = TrainerNodeCore(node, [g.uuid for g in found], settings, inventory=inventory)
     return core, backend
 

@@ -59,6 +59,7 @@ class Spawn(LocalEffect):
     argv: tuple[str, ...]
     gpu_uuids: tuple[str, ...]
     checkpoint_dir: str
+    mps_percentage: int | None = None  # co-located jobs share the GPUs' SMs through MPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class TrainerSettings:
     threads: int = 1
     log_level: Literal["debug", "info", "warning", "error"] = "warning"  # trainers' stderr
     heartbeat_s: float = 5.0
+    mps_dir: Path = Path("/run/loom/mps")  # the MPS daemon's pipe and log directories
 
 
 @dataclass
@@ -208,6 +210,9 @@ class TrainerNodeCore(CoreDefaults):
                    alive=set(ranks), iteration=launch.iterations_done)
         self.jobs[spec.job_id] = job
         effects: list[Effect] = []
+        # Interleaved jobs (Muri) share their GPUs: each gets an equal share of the SMs.
+        sharing = len(launch.colocated)
+        mps = max(1, 100 // sharing) if sharing > 1 else None
         for rank, uuid in sorted(job.ranks.items()):
             cfg = TrainerConfig(
                 job_id=spec.job_id, model=family_of(spec.model), iterations=spec.iterations,
@@ -219,7 +224,7 @@ class TrainerNodeCore(CoreDefaults):
                 report_every=self.settings.report_every, threads=self.settings.threads,
                 log_level=self.settings.log_level)
             argv = (self.settings.python, "-m", "services.trainer", *cfg.to_argv())
-            effects.append(Spawn(spec.job_id, rank, argv, (uuid,), str(ckpt)))
+            effects.append(Spawn(spec.job_id, rank, argv, (uuid,), str(ckpt), mps))
         return effects
 
     def _report(self, cycle: int) -> list[Effect]:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from schemas.events import GpuSample
 from services.nodeagent.agent import Kill, SampleGpus, Spawn, TrainerNodeCore
-from services.nodeagent.gpu import GpuBackend
+from services.nodeagent.gpu import FakeBackend, GpuBackend, MpsControl, run_command
 from services.nodeagent.supervisor import ProcessSpec, Supervisor
 from services.runtime.bus import Bus
 from services.runtime.clock import Clock
@@ -48,6 +48,10 @@ class NodeAgentShell(Shell):
                  backend: GpuBackend, cwd: Path | None = None) -> None:
         super().__init__(core, bus, clock, run_id=run_id)
         self.backend = backend
+        mps_dir = core.settings.mps_dir / core.node.node_id
+        # The fake backend records MPS commands instead of running them (no GPU, no daemon).
+        runner = backend.run if isinstance(backend, FakeBackend) else run_command
+        self.mps = MpsControl(mps_dir / "pipe", mps_dir / "log", run=runner)
         self.supervisor = Supervisor(self._on_line, self._on_exit,
                                      grace_s=core.settings.grace_s)
         self.cwd = cwd
@@ -77,8 +81,12 @@ class NodeAgentShell(Shell):
         try:
             if eff.rank == 0:
                 self._locks[eff.job_id] = await _lock(Path(eff.checkpoint_dir), LOCK_WAIT_S)
-            await self.supervisor.launch(ProcessSpec(key, eff.argv, eff.gpu_uuids,
-                                                     {"LOOM_JOB_ID": eff.job_id}, self.cwd))
+            env = {"LOOM_JOB_ID": eff.job_id}
+            if eff.mps_percentage is not None:
+                self.mps.start()  # idempotent: one daemon per node
+                env.update(self.mps.client_env(eff.mps_percentage))
+            await self.supervisor.launch(ProcessSpec(key, eff.argv, eff.gpu_uuids, env,
+                                                     self.cwd))
         except Exception as exc:  # the job cannot start here: the core learns it as an exit
             self._log("error", "spawn failed", job=eff.job_id, rank=eff.rank,
                       reason=f"{type(exc).__name__}: {exc}")
@@ -130,6 +138,8 @@ class NodeAgentShell(Shell):
     async def stop(self) -> None:
         """Stop every trainer this agent started (each checkpoints), then let go of locks."""
         await self.supervisor.stop_all()
+        with contextlib.suppress(Exception):
+            self.mps.stop()
         with contextlib.suppress(Exception):
             self.backend.close()
         for task in list(self._pending):

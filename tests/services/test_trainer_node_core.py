@@ -188,3 +188,12 @@ def test_start_announces_the_inventory_and_heartbeats_carry_telemetry_and_jobs()
     sample = GpuSample(uuid="GPU-0-a", utilization_ratio=0.5, memory_used_bytes=7)
     assert bodies(core.on_telemetry([sample])) == [
         NodeHeartbeat(node_id=N0, gpus=(sample,), jobs=("j",))]
+
+
+@pytest.mark.parametrize(("colocated", "share"), [((), None), (("j",), None),
+                                                  (("j", "k"), 50), (("i", "j", "k"), 33)])
+def test_interleaved_jobs_share_their_gpus_through_mps(colocated: tuple[str, ...],
+                                                       share: int | None) -> None:
+    job = launch("j", ((N0, (0,)),)).model_copy(update={"colocated": colocated})
+    [spawn] = spawns(agent(0).handle(command(N0, 1, (job,)), 0.0))  # type: ignore[arg-type]
+    assert spawn.mps_percentage == share
