@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from policies.allox import AlloX
 from policies.base import Policy
+from policies.chronus import Chronus
 from policies.edf import Edf, EdfAccessControl
 from policies.fifo import Fifo
 from policies.fifo_rounds import FifoPerf, FifoRandom
@@ -40,6 +41,8 @@ REGISTRY: dict[str, type[Policy]] = {
         MaxMinFairnessWaterFillingPerf,
         # ElasticFlow's deadline baselines (slotted)
         Edf, EdfAccessControl, GandivaTimeslice,
+        # Chronus' lease terms (round-based: one term per round)
+        Chronus,
     )
 }
 
