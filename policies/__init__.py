@@ -26,6 +26,7 @@ from policies.min_cost import MinCost, MinCostSlo
 from policies.min_makespan import MinMakespan
 from policies.mlfq import Las, Tiresias
 from policies.muri import MuriL, MuriS
+from policies.pollux import Pollux
 from policies.srsf import Srsf
 from policies.srtf import Srtf
 from policies.themis import Themis
@@ -43,6 +44,8 @@ REGISTRY: dict[str, type[Policy]] = {
         Edf, EdfAccessControl, GandivaTimeslice,
         # Chronus' lease terms (round-based: one term per round)
         Chronus,
+        # Pollux's goodput-optimised co-adaptive allocation (periodic, 60 s)
+        Pollux,
     )
 }
 

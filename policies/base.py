@@ -108,6 +108,8 @@ class Policy(abc.ABC):
     description: ClassVar[str]
     placement: ClassVar[Literal["consolidated", "count", "yarn"]] = "consolidated"
     replan: ClassVar[Replan] = "event"
+    # The scheduler lets goodput-profiled jobs pick their batch size (Pollux co-adaptation).
+    adapts_batch_size: ClassVar[bool] = False
 
     def configure(self, *, seed: int, round_s: float,  # noqa: B027 - optional hook
                   profile: ThroughputTable | None = None) -> None:

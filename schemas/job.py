@@ -15,6 +15,57 @@ MAX_NAME = 128
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.:\-/]+$")]
 
 
+class GoodputProfile(BaseModel):
+    """A job's goodput model (Pollux, OSDI'21), for schedulers that adapt its batch size.
+
+    `perf` are the step-time parameters (alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r,
+    gamma) of Pollux's throughput model, fitted to the job type's profile; `epochs` the
+    cumulative statistical progress (steps at `init_batch`, weighted by efficiency) at the end
+    of each epoch (the job is done at the last); `grad_sqr`/`grad_var` the gradient statistics
+    measured during each epoch (columns) at each of `batch_sizes` (rows). A job measures its
+    progress in these units (`iterations` is the total, rounded up); see `policies.goodput`.
+    `adaptive` is False for a job whose batch size is fixed (its `batch_size`) whatever the
+    scheduler does.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    perf: tuple[float, float, float, float, float, float, float]
+    init_batch: int = Field(ge=1)
+    max_batch: int = Field(ge=1)
+    min_local_batch: int = Field(ge=1)
+    max_local_batch: int = Field(ge=1)
+    epochs: tuple[float, ...] = Field(min_length=1)
+    batch_sizes: tuple[int, ...] = Field(min_length=1)
+    grad_sqr: tuple[tuple[float, ...], ...]
+    grad_var: tuple[tuple[float, ...], ...]
+    adaptive: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> GoodputProfile:
+        if not all(p > 0 and math.isfinite(p) for p in self.perf):
+            raise ValueError("perf parameters must be finite and > 0")
+        if not 1.0 <= self.perf[6] <= 10.0:
+            raise ValueError(f"gamma (perf[6]) must be in [1, 10], got {self.perf[6]}")
+        if self.init_batch > self.max_batch:
+            raise ValueError(f"init_batch ({self.init_batch}) exceeds max_batch ({self.max_batch})")
+        if self.min_local_batch > self.max_local_batch:
+            raise ValueError("min_local_batch exceeds max_local_batch")
+        if any(b <= a for a, b in zip(self.epochs, self.epochs[1:], strict=False)) or \
+                not (self.epochs[0] > 0 and math.isfinite(self.epochs[-1])):
+            raise ValueError("epochs must be finite, positive and increasing")
+        if any(b <= a for a, b in zip(self.batch_sizes, self.batch_sizes[1:], strict=False)):
+            raise ValueError("batch_sizes must be increasing")
+        shape = (len(self.batch_sizes), len(self.epochs))
+        for name, table in (("grad_sqr", self.grad_sqr), ("grad_var", self.grad_var)):
+            if len(table) != shape[0] or any(len(row) != shape[1] for row in table):
+                raise ValueError(f"{name} must have one row per batch size and one column per "
+                                 f"epoch ({shape[0]} x {shape[1]})")
+            if not all(v >= 0 and math.isfinite(v) for row in table for v in row):
+                raise ValueError(f"{name} must be finite and >= 0")
+        return self
+
+
 class _JobFields(BaseModel):
     """Fields a job has however it arrives; times in seconds.
 
@@ -26,7 +77,8 @@ class _JobFields(BaseModel):
     64)") so co-location profiles can be looked up. An elastic job has `scaling`: its
     iterations per second (the whole job) at each GPU count it may run with (ElasticFlow's
     throughput tables); a scheduler may then give it any of those counts within
-    [`min_gpus`, `max_gpus`].
+    [`min_gpus`, `max_gpus`]. A job with a `goodput` profile (Pollux's workloads) progresses
+    in statistical units at a speed that depends on its GPUs, nodes, batch size and epoch.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -49,6 +101,7 @@ class _JobFields(BaseModel):
     throughputs: dict[Name, float] | None = None
     scaling: dict[int, float] | None = None
     duration_s: float | None = Field(default=None, ge=0)
+    goodput: GoodputProfile | None = None
 
     @model_validator(mode="after")
     def _check_bounds(self) -> _JobFields:

@@ -36,6 +36,11 @@ _GAVEL_PHYSICAL = {
     "artifact_evaluation": 15, "debug": 14, "debug_v2": 14, "highmem_test": 8,
     "max_min_fairness": 96, "medium_test": 20, "minimize_makespan": 100, "small_test": 20,
 }  # fmt: skip
+# The ten ITP clusters (jobs, the cluster spec ElasticFlow's run_fig8b.sh simulates each on).
+_ITP_CLUSTERS = (
+    (1595, "n64g8"), (5778, "n64g8"), (3011, "n64g8"), (15802, "n128g8"), (3629, "n64g8"),
+    (2396, "n64g8"), (12699, "n128g8"), (13047, "n128g8"), (11134, "n128g8"), (260, "n32g8"),
+)  # fmt: skip
 _TRACES: tuple[BundledTrace, ...] = (
     *(
         _trace(f"muri/trace{i}", "muri", f"{_MURI}/trace{i}.csv", f"Muri simulator trace {i}")
@@ -81,11 +86,24 @@ _TRACES: tuple[BundledTrace, ...] = (
         "itp/elasticflow-traces/195job.csv",
         "Microsoft ITP 195-job testbed trace used by ElasticFlow",
     ),
-    _trace(
-        "itp/cluster10",
-        "itp",
-        "itp/elasticflow-traces/cluster10.csv",
-        "Microsoft ITP cluster 10 (the smallest) with ElasticFlow deadlines",
+    *(
+        _trace(
+            f"itp/cluster{i:02d}",
+            "itp",
+            f"itp/elasticflow-traces/cluster{i:02d}.csv",
+            f"Microsoft ITP cluster {i} with ElasticFlow deadlines ({jobs:,} jobs; "
+            f"ElasticFlow's Fig. 8b runs it on {cluster})",
+        )
+        for i, (jobs, cluster) in enumerate(_ITP_CLUSTERS, start=1)
+    ),
+    *(
+        _trace(
+            f"pollux/workload-{i}",
+            "pollux",
+            f"pollux/workloads/workload-{i}.csv",
+            f"Pollux workload {i}: 160 jobs over 8 hours (paper Fig. 7/8, 16 x 4 GPUs)",
+        )
+        for i in range(1, 9)
     ),
     *(
         _trace(

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.interleave import group_iteration_time
@@ -102,6 +103,62 @@ def advance(remaining: float, last: float, ready_at: float, now: float, iteratio
     """
     useful = now - (last if last > ready_at else ready_at) - lost_s
     return remaining - useful / iteration_s if useful > 0 else remaining
+
+
+# Speed that changes with progress (a goodput-profiled job's epochs): (iterations done up to,
+# seconds per iteration) pieces, the last open-ended. See `policies.goodput`.
+Segments = tuple[tuple[float, float], ...]
+
+
+def progress_segments(spec: JobSpec, placement: GpuSlots, adaptive: bool,
+                      done: float) -> Segments | None:
+    """A goodput-profiled job's speed on a placement (None for every other job).
+
+    The job runs on len(placement) nodes with as many replicas as GPUs, at its fixed batch
+    size, or (`adaptive`: the scheduler lets it, and the job can) at the batch size that
+    maximises its goodput, re-chosen every epoch.
+    """
+    if spec.goodput is None:
+        return None
+    from policies.goodput import job_batch, model_for
+
+    gpus = sum(len(g) for _, g in placement)
+    batch = job_batch(spec.goodput, spec.batch_size, adaptive)
+    return model_for(spec.goodput).segments(len(placement), gpus, done, batch)
+
+
+def advance_segments(remaining: float, total: float, last: float, ready_at: float, now: float,
+                     segments: Segments, lost_s: float) -> float:
+    """`advance` for a job whose speed changes with progress (`segments`)."""
+    useful = now - (last if last > ready_at else ready_at) - lost_s
+    if useful <= 0:
+        return remaining
+    done = total - remaining
+    for upto, per in segments:
+        if done >= upto:
+            continue
+        need = (upto - done) * per
+        if need >= useful:
+            done += useful / per
+            break
+        useful -= need
+        done = upto
+    return total - done
+
+
+def seconds_to_finish(remaining: float, total: float, segments: Segments) -> float:
+    """Running time a job with progress-dependent speed needs for `remaining` iterations."""
+    done = total - remaining
+    seconds = 0.0
+    for upto, per in segments:
+        if done >= upto:
+            continue
+        end = min(upto, total)
+        seconds += (end - done) * per
+        done = end
+        if done >= total:
+            break
+    return seconds
 
 
 def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel,

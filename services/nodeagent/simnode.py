@@ -28,7 +28,15 @@ from schemas.events import (
 )
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
-from services.nodeagent.overhead import OverheadModel, advance, job_rates
+from services.nodeagent.overhead import (
+    OverheadModel,
+    Segments,
+    advance,
+    advance_segments,
+    job_rates,
+    progress_segments,
+    seconds_to_finish,
+)
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
 
@@ -42,16 +50,25 @@ class _Run:
     ready_at: float  # restart overhead ends here
     iteration_s: float
     per_event_s: float
+    segments: Segments | None = None  # speed by progress (goodput-profiled jobs)
 
     def advance(self, now: float, interrupted: bool) -> None:
         lost = self.per_event_s if interrupted else 0.0
-        self.remaining = advance(self.remaining, self.last, self.ready_at, now,
-                                 self.iteration_s, lost)
+        if self.segments is not None:
+            self.remaining = advance_segments(self.remaining, self.spec.iterations, self.last,
+                                              self.ready_at, now, self.segments, lost)
+        else:
+            self.remaining = advance(self.remaining, self.last, self.ready_at, now,
+                                     self.iteration_s, lost)
         self.last = now
 
     def finish_timer(self, now: float) -> SetTimer:
         start = now if now > self.ready_at else self.ready_at
-        at = start + (self.remaining if self.remaining > 0.0 else 0.0) * self.iteration_s
+        left = self.remaining if self.remaining > 0.0 else 0.0
+        if self.segments is not None:
+            at = start + seconds_to_finish(left, self.spec.iterations, self.segments)
+        else:
+            at = start + left * self.iteration_s
         return SetTimer(("finish", self.spec.job_id), at, PRIORITY_INPUT)
 
 
@@ -118,14 +135,17 @@ class SimNodeCore(CoreDefaults):
     def _launch(self, launch: Launch, now: float) -> _Run:
         spec = launch.spec
         gpus = gpu_count(launch.placement)
+        leader = launch.placement[0][0] == self.node.node_id
         run = _Run(
             spec=spec,
-            leader=launch.placement[0][0] == self.node.node_id,
+            leader=leader,
             remaining=spec.iterations - launch.iterations_done,
             last=now,
             ready_at=now + self.overhead.restart(spec, gpus),
             iteration_s=self.overhead.iteration_time(spec, self.node.gpu_type, gpus),
             per_event_s=self.overhead.per_event(spec),
+            segments=progress_segments(spec, launch.placement, launch.adaptive_batch,
+                                       launch.iterations_done) if leader else None,
         )
         self.jobs[spec.job_id] = run
         return run

@@ -44,7 +44,15 @@ from schemas.events import (
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
-from services.nodeagent.overhead import OverheadModel, advance, job_rates, parse_overhead
+from services.nodeagent.overhead import (
+    OverheadModel,
+    Segments,
+    advance,
+    advance_segments,
+    job_rates,
+    parse_overhead,
+    progress_segments,
+)
 from services.placer.core import SCHEMES, CyclePlacement, Scheme, Topology
 from services.runtime.bus import decode_submit
 from services.runtime.effects import (
@@ -93,6 +101,7 @@ class JobRecord:
     ready_at: float = 0.0  # a restart's overhead ends here
     iteration_s: float = 0.0  # effective, while running (alone or interleaved)
     per_event_s: float = 0.0
+    segments: Segments | None = None  # speed by progress (goodput-profiled jobs)
     group: tuple[str, ...] = ()  # jobs sharing its GPUs, itself included; () when alone
     attained_s: float = 0.0
     accounted_at: float = 0.0
@@ -132,6 +141,8 @@ class SchedulerCore(CoreDefaults):
         self._last_cycle_at: float | None = None
         self._trigger = "start"
         self.last_plan: Plan | None = None
+        # Policies that co-adapt batch sizes (Pollux) let goodput-profiled jobs choose theirs.
+        self._adaptive_batch = policy.adapts_batch_size
 
     # -- Core protocol -----------------------------------------------------------------------
     def subscriptions(self) -> Sequence[Subscribe]:
@@ -289,13 +300,7 @@ class SchedulerCore(CoreDefaults):
         # Admission order, not start order: policies that visit running jobs one by one (e.g.
         # Tiresias demotions) must not depend on when a job last resumed.
         for rec in sorted(self._running.values(), key=_admission_order):
-            # Mirror the node agent closing the interval at this cycle (see module docstring).
-            rec.remaining = advance(rec.remaining, rec.progress_at, rec.ready_at, now,
-                                    rec.iteration_s, rec.per_event_s)
-            rec.progress_at = now
-            rec.iterations_done = rec.spec.iterations - rec.remaining
-            rec.attained_s += now - rec.accounted_at
-            rec.accounted_at = now
+            self._advance(rec, now, rec.per_event_s)
             view = rec.view()
             self._views[rec.spec.job_id] = view
             running_views.append(view)
@@ -311,6 +316,21 @@ class SchedulerCore(CoreDefaults):
         plan = self.policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)
+
+    def _advance(self, rec: JobRecord, now: float, lost_s: float) -> None:
+        """Bring a running job's estimated progress and attained time up to `now`, as its
+        node agent accounts it (see module docstring); `lost_s`: what the interruption costs."""
+        if rec.segments is not None:
+            rec.remaining = advance_segments(rec.remaining, rec.spec.iterations,
+                                             rec.progress_at, rec.ready_at, now,
+                                             rec.segments, lost_s)
+        else:
+            rec.remaining = advance(rec.remaining, rec.progress_at, rec.ready_at, now,
+                                    rec.iteration_s, lost_s)
+        rec.progress_at = now
+        rec.iterations_done = rec.spec.iterations - rec.remaining
+        rec.attained_s += now - rec.accounted_at
+        rec.accounted_at = now
 
     def _apply(self, plan: Plan, now: float) -> list[Effect]:
         transitions: list[Effect] = []
@@ -360,8 +380,11 @@ class SchedulerCore(CoreDefaults):
             gpu_type = self.topology.type_of.get(slots[0][0])
             rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model, gpu_type,
                                                          self.config.profile, size)
+            rec.segments = progress_segments(rec.spec, slots, self._adaptive_batch,
+                                             rec.iterations_done)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
-                                   iterations_done=rec.iterations_done, colocated=group))
+                                   iterations_done=rec.iterations_done, colocated=group,
+                                   adaptive_batch=self._adaptive_batch))
             transitions.append(self._transition(rec, JobState.RUNNING, cause, now))
             self._views[jid] = rec.view()
         effects: list[Effect] = []

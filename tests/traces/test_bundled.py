@@ -29,7 +29,9 @@ EXPECTED_JOBS = {
     "elasticflow/philly_103959": 876,
     "elasticflow/resnet_cifar": 5,
     "itp/195job": 195,
-    "itp/cluster10": 260,
+    **{f"itp/cluster{i:02d}": n for i, n in enumerate(
+        (1595, 5778, 3011, 15802, 3629, 2396, 12699, 13047, 11134, 260), start=1)},
+    **{f"pollux/workload-{i}": 160 for i in range(1, 9)},
 }
 
 
@@ -106,6 +108,7 @@ def test_trace2_loads_fast() -> None:
         ("tiresias", "Apache License", "Apache License 2.0"),
         ("elasticflow", "Apache License", "Apache License 2.0"),
         ("itp", "MIT License", "MIT"),
+        ("pollux", "Apache License", "Apache License 2.0"),
     ],
 )
 def test_each_origin_ships_its_licence_and_is_attributed(
@@ -137,8 +140,9 @@ def test_bundled_files_are_byte_identical_to_the_reference_copies() -> None:
     files = [p for p in DATA.rglob("*") if p.is_file() and p.name != "ATTRIBUTION.md"]
     # 5 licences + 15 traces + 26 cluster specs + 3 size distributions + ElasticFlow's 13
     # scaling tables, and Gavel's 2 throughput tables, 15 msr + 8 physical-cluster traces and
-    # 2 cluster-spec JSONs
-    assert len(files) == 89
+    # 2 cluster-spec JSONs (89); ITP clusters 1-9 (9); Pollux's licence, 8 workloads and, for
+    # 6 applications, placements, scalability and 40 validation runs in all (61)
+    assert len(files) == 159
     for path in files:
         assert path.read_bytes() == _shared_copy(path).read_bytes(), path
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traces.errors import TraceError
-from traces.readers import elasticflow, itp, muri, philly, tiresias
+from traces.readers import elasticflow, itp, muri, philly, pollux, tiresias
 from traces.readers._csv import Parsed, Table, TraceFormat, read_table
 
 FORMATS: tuple[TraceFormat, ...] = (
@@ -13,6 +13,7 @@ FORMATS: tuple[TraceFormat, ...] = (
     itp.FORMAT,
     itp.RAW_FORMAT,
     philly.FORMAT,
+    pollux.FORMAT,
 )
 
 
