@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import secrets
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,13 @@ import nats
 from rich.console import Console
 from rich.table import Table
 
+import policies
 from loom.demo import run_demo
 from loom.serve import SERVICES, ServeOptions, UpOptions, control_subject, serve, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
+from schemas.codec import encode
+from schemas.events import OperatorCommand, envelope
 from services.runtime.nats_live import MSG_ID, ensure_stream, server_list
 from traces import load_cluster, load_trace
 
@@ -101,6 +106,17 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     d.add_argument("--out", type=Path, help="also write DIR/summary.json")
     d.add_argument("--log-level", default="warning")
 
+    for name, target, what in (("cancel", "job", "stop a job for good (its state: failed)"),
+                               ("suspend", "job", "stop a job and hold it until resumed"),
+                               ("resume", "job", "give a suspended job back to the policy"),
+                               ("drain", "node", "no new work on a node (running jobs go on)"),
+                               ("set-policy", "policy", "switch the scheduling policy now")):
+        op = sub.add_parser(name, help=what)
+        op.add_argument(target, help=f"the {target}")
+        op.add_argument("--nats-url", default=DEFAULT_URL)
+        if name == "drain":
+            op.add_argument("--undo", action="store_true", help="take new work again")
+
     st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
     st.add_argument("--nats-url", default=DEFAULT_URL)
     st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
@@ -180,6 +196,58 @@ async def _state(nc: Any, service: str = "scheduler") -> dict[str, Any]:
     return state
 
 
+def cmd_operator(args: argparse.Namespace) -> int:
+    command = "undrain" if args.command == "drain" and args.undo else args.command
+    print(asyncio.run(_operate(args.nats_url, command, getattr(args, "job", None),
+                               getattr(args, "node", None), getattr(args, "policy", None))))
+    return 0
+
+
+async def _operate(url: str, command: str, job: str | None, node: str | None,
+                   policy: str | None) -> str:
+    """Check the target against the scheduler's state, send the command, await its effect."""
+    nc = await nats.connect(servers=server_list(url), connect_timeout=5,
+                            max_reconnect_attempts=0)
+    try:
+        state = await _state(nc)
+        jobs = {j["job_id"]: j for j in state["jobs"]}
+        if job is not None and (job not in jobs or jobs[job]["state"] in TERMINAL):
+            raise ValueError(f"{command}: no active job {job!r}")
+        if node is not None and node not in state["nodes"]:
+            raise ValueError(f"{command}: no node {node!r} (nodes: {', '.join(state['nodes'])})")
+        if policy is not None:
+            policies.make(policy)  # UnknownPolicy names the registered ones
+        cmd = OperatorCommand(command=command,
+                              job_id=job, node_id=node, policy=policy,
+                              requested_by=f"{getpass.getuser()}@{socket.gethostname()}")
+        env = envelope(cmd, event_id=f"ops.{secrets.token_hex(8)}", occurred_at=state["now"],
+                       producer="loom-cli", causation_id=None)
+        js = nc.jetstream()
+        await js.publish(subjects.OPERATOR, encode(env), headers={MSG_ID: env.event_id})
+        for _ in range(50):  # the scheduler acts at once; confirm from its state
+            state = await _state(nc)
+            if _applied(state, command, job, node, policy):
+                return f"{command} {job or node or policy}: done"
+            await asyncio.sleep(0.2)
+        return f"{command} {job or node or policy}: sent (not confirmed yet; see loom status)"
+    finally:
+        await nc.close()
+
+
+TERMINAL = ("finished", "failed", "rejected")
+
+
+def _applied(state: dict[str, Any], command: str, job: str | None, node: str | None,
+             policy: str | None) -> bool:
+    if command == "cancel":
+        return any(j["job_id"] == job and j["state"] == "failed" for j in state["jobs"])
+    if command in ("suspend", "resume"):
+        return (job in state["suspended"]) == (command == "suspend")
+    if command in ("drain", "undrain"):
+        return (node in state["drained"]) == (command == "drain")
+    return bool(state["policy"] == policy)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     state = asyncio.run(_status(args.nats_url))
     if args.json:
@@ -214,4 +282,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"serve": cmd_serve, "up": cmd_up, "submit": cmd_submit, "status": cmd_status,
-            "demo": cmd_demo}
+            "demo": cmd_demo, "cancel": cmd_operator, "suspend": cmd_operator,
+            "resume": cmd_operator, "drain": cmd_operator, "set-policy": cmd_operator}

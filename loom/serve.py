@@ -132,6 +132,8 @@ def core_state(core: Core, now: float) -> dict[str, Any]:
     """What `loom status` and operators read from a running service."""
     if isinstance(core, SchedulerCore):
         return {"now": now, "policy": core.policy.name, "cycle": core.cycle,
+                "nodes": [n.node_id for n in core.cluster.nodes],
+                "drained": sorted(core.drained), "suspended": sorted(core.held),
                 "jobs": [job_row(core, jid, now) for jid in core.jobs]}
     if isinstance(core, MetricsCore):
         return {"now": now, "summary": core.summary()}

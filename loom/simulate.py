@@ -74,7 +74,7 @@ def make_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | N
     policy.configure(seed=seed, round_s=period, profile=profile)
     config = SchedulerConfig(replan=replan, round_s=period, overhead=parse_overhead(overhead),
                              placement=placement,  # type: ignore[arg-type]
-                             profile=profile, free_at_once=free_at_once)
+                             profile=profile, free_at_once=free_at_once, seed=seed)
     return SchedulerCore(cluster, policy, config)
 
 

@@ -7,9 +7,9 @@ decoding `vN`; `EVENT_TYPES` maps each accepted type to its body model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status
@@ -97,6 +97,24 @@ class JobFinished(_Body):
     iterations_done: float
 
 
+class OperatorCommand(_Body):
+    """An operator's change to a running cluster (`loom cancel|suspend|resume|drain|...`)."""
+
+    command: Literal["cancel", "suspend", "resume", "drain", "undrain", "set-policy"]
+    job_id: str | None = None  # cancel, suspend, resume
+    node_id: str | None = None  # drain, undrain
+    policy: str | None = None  # set-policy
+    requested_by: str = "operator"
+
+    @model_validator(mode="after")
+    def _target(self) -> OperatorCommand:
+        need = {"cancel": "job_id", "suspend": "job_id", "resume": "job_id",
+                "drain": "node_id", "undrain": "node_id", "set-policy": "policy"}[self.command]
+        if getattr(self, need) is None:
+            raise ValueError(f"{self.command} needs {need}")
+        return self
+
+
 class GpuInfo(_Body):
     """One GPU of a node as its agent found it (NVML/DCGM, or the fake backend)."""
 
@@ -166,6 +184,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "loom.job.finished.v1": JobFinished,
     "loom.job.progress.v1": TrainerReport,
     "loom.node.info.v1": NodeInfo,
+    "loom.ops.command.v1": OperatorCommand,
     "loom.node.heartbeat.v1": NodeHeartbeat,
     "loom.deadletter.v1": DeadLetter,
 }

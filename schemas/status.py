@@ -21,8 +21,11 @@ class StatusCode(enum.StrEnum):
     REJECTED_INVALID = "rejected_invalid"
     # Rejected: the policy cannot schedule this kind of job (see reason).
     REJECTED_BY_POLICY = "rejected_by_policy"
+    # Waiting: an operator suspended it (`loom suspend`); `loom resume` gives it back.
+    SUSPENDED = "suspended"
     FINISHED = "finished"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # by an operator (`loom cancel`); the job's state is failed
 
 
 class Status(BaseModel):

@@ -15,6 +15,7 @@ JOB_FINISHED = "loom.jobs.finished"
 JOB_PROGRESS = "loom.jobs.progress"  # trainers' reports (live clusters)
 CYCLE_STARTED = "loom.sched.cycle"
 PLAN_DECIDED = "loom.sched.plan"
+OPERATOR = "loom.ops.command"  # cancel, suspend, resume, drain, set-policy (in the log)
 NODE_STATUS = "loom.node.status"
 NODE_INFO = "loom.node.info"  # a node agent's GPUs and topology, at start
 NODE_HEARTBEAT = "loom.node.heartbeat"  # liveness and GPU telemetry, every few seconds

@@ -143,6 +143,7 @@ class CyclePlacement:
         cluster: ClusterSpec | Topology,
         scheme: Scheme = "consolidated",
         previous: Mapping[str, GpuSlots] | None = None,
+        cordoned: Collection[str] = (),
     ) -> None:
         if scheme not in SCHEMES:
             raise ValueError(f"unknown placement scheme {scheme!r}; known: {', '.join(SCHEMES)}")
@@ -179,6 +180,13 @@ class CyclePlacement:
         # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
         # not either), which lets policies skip ahead; mixed node sizes break that.
         self.monotone = topo.uniform
+        # Drained nodes (`loom drain`): jobs running there keep their GPUs, nothing new lands.
+        self.cordoned = frozenset(cordoned)
+        for node in nodes:
+            if node.node_id in self.cordoned:
+                idle = node.unheld_free()
+                self.free_gpus -= idle
+                self._free_by_type[node.gpu_type] -= idle
 
     # -- queries used for "why is my job pending" ------------------------------------------
     def largest_block(self) -> int:
@@ -205,12 +213,17 @@ class CyclePlacement:
         if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
             return None
         nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches))
-        if within is not None:
-            # A policy that partitions the cluster itself (Gandiva's node sets).
-            nodes = [n for n in nodes if n.node_id in within]
-            switches = [kept for group in switches
-                        if (kept := [n for n in group if n.node_id in within])]
+        # A running job keeps its GPUs even on a drained node; new placements avoid those.
         slots = self._keep(job_id, gpus, gpu_type, within)
+        allowed = within
+        if self.cordoned:
+            allowed = {n.node_id for n in nodes if n.node_id not in self.cordoned
+                       and (within is None or n.node_id in within)}
+        if allowed is not None:
+            # A policy that partitions the cluster itself (Gandiva's node sets), or a drain.
+            nodes = [n for n in nodes if n.node_id in allowed]
+            switches = [kept for group in switches
+                        if (kept := [n for n in group if n.node_id in allowed])]
         # First without touching GPUs that running jobs still hold, then allowing it.
         for displace in (False, True):
             if slots is not None:

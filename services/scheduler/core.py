@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+import policies
 from policies.base import JobView, Plan, Policy, Snapshot
 from schemas import subjects
 from schemas.cluster import ClusterSpec
@@ -37,6 +38,7 @@ from schemas.events import (
     JobTransition,
     Launch,
     NodeStatus,
+    OperatorCommand,
     PlanDecided,
     Stop,
     gpu_count,
@@ -80,6 +82,7 @@ class SchedulerConfig:
     # Rounds: re-plan as soon as a job finishes, so its GPUs do not idle until the round ends
     # (Gavel's simulator leaves them idle).
     free_at_once: bool = False
+    seed: int = 0  # for policies set at run time (`loom set-policy`)
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round", "slot"):
@@ -141,6 +144,8 @@ class SchedulerCore(CoreDefaults):
         self._last_cycle_at: float | None = None
         self._trigger = "start"
         self.last_plan: Plan | None = None
+        self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
+        self.drained: set[str] = set()  # nodes that take no new work
         # Policies that co-adapt batch sizes (Pollux) let goodput-profiled jobs choose theirs.
         self._adaptive_batch = policy.adapts_batch_size
 
@@ -150,6 +155,7 @@ class SchedulerCore(CoreDefaults):
             Subscribe(subjects.JOB_SUBMIT, decode_submit),
             Subscribe(subjects.JOB_FINISHED),
             Subscribe(subjects.NODE_STATUS),
+            Subscribe(subjects.OPERATOR),
         )
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
@@ -161,6 +167,8 @@ class SchedulerCore(CoreDefaults):
         if isinstance(body, NodeStatus):
             self._on_status(body)
             return []
+        if isinstance(body, OperatorCommand):
+            return self._on_operator(body, now)
         raise TypeError(f"scheduler does not handle {env.type}")
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
@@ -175,6 +183,9 @@ class SchedulerCore(CoreDefaults):
     def status(self, job_id: str) -> Status:
         """Why a job is where it is ("why is my job pending")."""
         rec = self.jobs[job_id]
+        if job_id in self.held:
+            return Status(code=StatusCode.SUSPENDED, reason="suspended by an operator",
+                          decided_by="operator")
         if rec.state is not None and rec.state.waiting:
             return self.policy.waiting_status(job_id)
         if rec.state is JobState.RUNNING:  # derived on demand: cheaper than one per launch
@@ -253,6 +264,72 @@ class SchedulerCore(CoreDefaults):
                 rec.iterations_done = done
                 rec.remaining = rec.spec.iterations - done
 
+    # -- operators ---------------------------------------------------------------------------
+    def _on_operator(self, cmd: OperatorCommand, now: float) -> list[Effect]:
+        """Apply an operator's command; a command that cannot apply raises (dead-lettered)."""
+        if cmd.command == "set-policy":
+            return self._set_policy(str(cmd.policy), now)
+        if cmd.command in ("drain", "undrain"):
+            node = str(cmd.node_id)
+            if node not in self.topology.index:
+                raise ValueError(f"{cmd.command}: no node {node!r} in the cluster")
+            if cmd.command == "drain":
+                self.drained.add(node)
+            else:
+                self.drained.discard(node)
+            return self._request_cycle(now, cmd.command)
+        jid = str(cmd.job_id)
+        rec = self.jobs.get(jid)
+        if rec is None or rec.state is None or rec.state.terminal:
+            raise ValueError(f"{cmd.command}: no active job {jid!r}")
+        if cmd.command == "resume":
+            if jid not in self.held:
+                return []
+            self.held.discard(jid)
+            view = self._views[jid] = rec.view()
+            self.policy.job_added(view)
+            return self._request_cycle(now, "resume")
+        if jid in self.held and cmd.command == "suspend":
+            return []
+        effects = self._take_off(rec, cmd.command, now)
+        if jid not in self.held:
+            del self._views[jid]
+            self.policy.job_removed(jid)
+        if cmd.command == "suspend":
+            self.held.add(jid)
+        else:  # cancel
+            self.held.discard(jid)
+            rec.ended_at = now
+            rec.status = Status(code=StatusCode.CANCELLED,
+                                reason=f"cancelled by {cmd.requested_by}", decided_by="operator")
+            effects.append(self._transition(rec, JobState.FAILED, "cancelled", now))
+        return effects + self._request_cycle(now, cmd.command)
+
+    def _take_off(self, rec: JobRecord, why: str, now: float) -> list[Effect]:
+        """Stop a running job now (outside a cycle); nothing for a waiting one."""
+        jid = rec.spec.job_id
+        if self._running.pop(jid, None) is None:
+            return []
+        self._advance(rec, now, 0.0)  # the node reports the exact figure when it stops
+        rec.placement, rec.group = (), ()
+        effects: list[Effect] = [Publish(subjects.PLAN_DECIDED, PlanDecided(
+            cycle=self.cycle, stops=(Stop(job_id=jid, reason=why),),
+            running=len(self._running)))]
+        if why == "suspend":
+            rec.preemptions += 1
+            effects.append(self._transition(rec, JobState.PREEMPTED, "suspended", now))
+        return effects
+
+    def _set_policy(self, name: str, now: float) -> list[Effect]:
+        policy = policies.make(name)
+        policy.configure(seed=self.config.seed, round_s=self.config.round_s,
+                         profile=self.config.profile)
+        for view in self._views.values():
+            policy.job_added(view)
+        self.policy = policy
+        self._adaptive_batch = policy.adapts_batch_size
+        return self._request_cycle(now, "policy")
+
     # -- cycles ------------------------------------------------------------------------------
     def _request_cycle(self, now: float, trigger: str) -> list[Effect]:
         if self.config.replan == "round":
@@ -312,7 +389,7 @@ class SchedulerCore(CoreDefaults):
         )
         previous = {jid: rec.placement for jid, rec in self._running.items()}
         scheme = self.config.placement or self.policy.placement
-        fit = CyclePlacement(self.topology, scheme, previous)
+        fit = CyclePlacement(self.topology, scheme, previous, cordoned=self.drained)
         plan = self.policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)

@@ -86,8 +86,30 @@ def test_jobs_submitted_to_a_live_cluster_run_to_completion(
     assert "loom_job_completion_seconds_count 3.0" in scrape
     table = loom("status", "--nats-url", url)
     assert "finished" in table and ids[2] in table
+    operate(url)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0  # every service drained cleanly
+
+
+def operate(url: str) -> None:
+    """Operators' commands through the CLI, each confirmed from the scheduler's state."""
+    long = loom("submit", "--nats-url", url, "--model", "vgg16", "--gpus", "1",
+                "--iterations", "10000000").strip()
+    assert loom("suspend", long, "--nats-url", url).strip() == f"suspend {long}: done"
+    state = status(url)
+    assert state["suspended"] == [long]
+    row = next(j for j in state["jobs"] if j["job_id"] == long)  # type: ignore[attr-defined]
+    assert row["reason"] == "suspended by an operator"
+    assert loom("resume", long, "--nats-url", url).strip() == f"resume {long}: done"
+    assert loom("drain", "n0", "--nats-url", url).strip() == "drain n0: done"
+    assert status(url)["drained"] == ["n0"]
+    assert loom("drain", "n0", "--undo", "--nats-url", url).strip() == "undrain n0: done"
+    assert loom("set-policy", "srtf", "--nats-url", url).strip() == "set-policy srtf: done"
+    assert status(url)["policy"] == "srtf"
+    assert loom("cancel", long, "--nats-url", url).strip() == f"cancel {long}: done"
+    bad = subprocess.run([*LOOM, "cancel", long, "--nats-url", url], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and f"cancel: no active job '{long}'" in bad.stderr
 
 
 async def _ping(url: str) -> list[str]:

@@ -163,7 +163,8 @@ def test_tiresias_wakeup_is_armed_and_cleared() -> None:
 
 def test_subscriptions_cover_what_the_scheduler_consumes() -> None:
     subs = {s.subject for s in _core().subscriptions()}
-    assert subs == {subjects.JOB_SUBMIT, subjects.JOB_FINISHED, subjects.NODE_STATUS}
+    assert subs == {subjects.JOB_SUBMIT, subjects.JOB_FINISHED, subjects.NODE_STATUS,
+                    subjects.OPERATOR}
 
 
 def test_policies_see_running_jobs_in_admission_order_not_start_order() -> None:
