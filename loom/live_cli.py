@@ -18,7 +18,7 @@ from rich.table import Table
 
 import policies
 from loom.demo import run_demo
-from loom.serve import SERVICES, ServeOptions, UpOptions, control_subject, serve, up
+from loom.serve import SERVICES, ServeOptions, UpOptions, control_subject, default_url, serve, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import encode
@@ -26,13 +26,14 @@ from schemas.events import OperatorCommand, envelope
 from services.runtime.nats_live import MSG_ID, ensure_stream, server_list
 from traces import load_cluster, load_trace
 
-DEFAULT_URL = "nats://127.0.0.1:4222"
+URL_HELP = ("NATS server(s), comma-separated (default: $LOOM_NATS_URL, else the `loom up` "
+            "running here, else nats://127.0.0.1:4222)")
 
 
 def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     s = sub.add_parser("serve", help="run one service on a live cluster (its own process)")
     s.add_argument("service", choices=SERVICES)
-    s.add_argument("--nats-url", default=DEFAULT_URL, help=f"NATS server (default {DEFAULT_URL})")
+    s.add_argument("--nats-url", default=default_url(), help=URL_HELP)
     s.add_argument("--cluster", required=True, help="bundled name, CSV or JSON cluster spec")
     s.add_argument("--gpus-per-server", default="4", help="with GPU counts: GPUs per server")
     s.add_argument("--policy", default="fifo", help="scheduler: policy (default fifo)")
@@ -91,7 +92,7 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                    help="Prometheus /metrics of the metrics service (default 9464; 0: off)")
 
     m = sub.add_parser("submit", help="submit a job to a live cluster; prints its id")
-    m.add_argument("--nats-url", default=DEFAULT_URL)
+    m.add_argument("--nats-url", default=default_url(), help=URL_HELP)
     m.add_argument("--model", required=True)
     m.add_argument("--gpus", type=int, required=True)
     m.add_argument("--iterations", type=int, required=True)
@@ -113,12 +114,12 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                                ("set-policy", "policy", "switch the scheduling policy now")):
         op = sub.add_parser(name, help=what)
         op.add_argument(target, help=f"the {target}")
-        op.add_argument("--nats-url", default=DEFAULT_URL)
+        op.add_argument("--nats-url", default=default_url(), help=URL_HELP)
         if name == "drain":
             op.add_argument("--undo", action="store_true", help="take new work again")
 
     st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
-    st.add_argument("--nats-url", default=DEFAULT_URL)
+    st.add_argument("--nats-url", default=default_url(), help=URL_HELP)
     st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
 
 

@@ -14,11 +14,13 @@ makes one wall second S cluster seconds; every process of one cluster gets the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +53,22 @@ SERVICES = ("scheduler", "placer", "metrics", "injector", "nodeagent")
 CONTROL_PLANE = ("scheduler", "placer", "metrics")
 VERSION = "0.1.0"
 log = get_logger("loom.serve")
+
+
+def url_file() -> Path:
+    """Where a running `loom up` leaves its NATS URL for `loom submit`, `status`, ..."""
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+    return base / f"loom-{os.getuid()}" / "nats-url"
+
+
+def default_url() -> str:
+    """`LOOM_NATS_URL`, else the URL of the `loom up` running here, else the standard port."""
+    if os.environ.get("LOOM_NATS_URL"):
+        return os.environ["LOOM_NATS_URL"]
+    try:
+        return url_file().read_text().strip() or "nats://127.0.0.1:4222"
+    except OSError:
+        return "nats://127.0.0.1:4222"
 
 
 def control_subject(service: str) -> str:
@@ -281,6 +299,9 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
             children.append(await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "loom.cli", "serve", *cmd, env=dict(os.environ)))
         await _await_services(url, len(commands))
+        record = url_file()
+        record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        record.write_text(url)
         log.warning("cluster up", nats=url, services=len(commands))
         print(f"loom up: {len(commands)} services on {url} "
               f"({opts.cluster.total_gpus} GPUs, policy {opts.policy}); Ctrl-C to stop",
@@ -293,6 +314,9 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
             if child.returncode is None:
                 child.terminate()
         codes = [await child.wait() for child in children]
+        with contextlib.suppress(OSError):
+            if url_file().read_text().strip() == url:
+                url_file().unlink()
         _drop_signals(signals)
         if server is not None:
             await server.stop()

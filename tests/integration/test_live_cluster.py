@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import nats
 import pytest
@@ -32,16 +34,18 @@ PROMETHEUS = free_port()
 
 
 @pytest.fixture
-def cluster() -> Iterator[tuple[subprocess.Popen[str], str]]:
+def cluster(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}  # where it records its URL
     proc = subprocess.Popen([*LOOM, "up", "--local-nodes", "2", "--gpus-per-node", "2",
                              "--time-scale", "200", "--trainers", "simulated",
                              "--prometheus-port", str(PROMETHEUS)],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # printed once every service answers PING
         found = re.search(r"nats://[0-9.]+:[0-9]+", line)
         assert found, f"loom up printed {line!r}"
+        assert (tmp_path / f"loom-{os.getuid()}" / "nats-url").read_text() == found.group(0)
         yield proc, found.group(0)
     finally:
         if proc.poll() is None:
