@@ -2,10 +2,12 @@
 
     .venv/bin/python bench/live_latency.py [--nodes 100] [--gpus-per-node 8] [--jobs 500]
 
-Starts a private nats-server, the scheduler, placer and metrics, and N node agents (simulated
-trainers; each with its own NATS connection, all in this process to spare memory), then
-submits jobs one at a time, as `loom submit` does, and times each from the submit's publish to
-the scheduler's RUNNING transition on `loom.jobs.transition` (observed by a plain subscriber).
+Starts a private nats-server, the scheduler, placer and metrics (one process each, as
+`loom serve` runs them) and N node agents (simulated trainers; each with its own NATS
+connection and durable consumers, `--agent-processes` processes hosting them to spare memory),
+then submits jobs one at a time, as `loom submit` does, and times each from the submit's
+publish to the scheduler's RUNNING transition on `loom.jobs.transition` (observed by a plain
+subscriber).
 Jobs are short and small enough to start at once: this measures the control path, not queueing.
 Prints p50/p90/p99/max in milliseconds.
 """
@@ -15,13 +17,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import nats
 
-from loom.serve import ServeOptions, serve
+from loom.serve import ServeOptions, ping, serve
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode
@@ -34,15 +40,21 @@ from services.runtime.natsserver import EmbeddedNats
 
 async def main(args: argparse.Namespace) -> None:
     configure("warning")
+    if args.agents is not None:  # a child hosting some of the node agents
+        return await host_agents(args)
     server = await EmbeddedNats.start()
-    cluster = ClusterSpec.uniform(1, args.nodes, args.gpus_per_node, gpu_type="fake")
-    stop = asyncio.Event()
-    base = dict(nats_url=server.url, cluster=cluster, trainers="simulated")
-    services = [ServeOptions("scheduler", **base), ServeOptions("placer", **base),  # type: ignore[arg-type]
-                ServeOptions("metrics", **base)]  # type: ignore[arg-type]
-    services += [ServeOptions("nodeagent", node=n.node_id, **base)  # type: ignore[arg-type]
-                 for n in cluster.nodes]
-    tasks = [asyncio.create_task(serve(o, stop)) for o in services]
+    spec = Path(tempfile.mkdtemp(prefix="loom-bench-")) / "cluster.json"
+    spec.write_text(ClusterSpec.uniform(1, args.nodes, args.gpus_per_node,
+                                        gpu_type="fake").model_dump_json())
+    base = ["--nats-url", server.url, "--cluster", str(spec), "--log-level", "warning"]
+    procs = [await asyncio.create_subprocess_exec(sys.executable, "-m", "loom.cli", "serve",
+                                                  svc, *base)
+             for svc in ("scheduler", "placer", "metrics")]
+    per = -(-args.nodes // args.agent_processes)
+    procs += [await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--agents", f"{i}:{min(i + per, args.nodes)}",
+        "--nats-url", server.url, "--cluster-file", str(spec))
+        for i in range(0, args.nodes, per)]
     t_up = time.perf_counter()
     nc = await nats.connect(server.url)
     js = nc.jetstream()
@@ -59,7 +71,9 @@ async def main(args: argparse.Namespace) -> None:
                 fut.set_result(None)
 
     await nc.subscribe(subjects.JOB_TRANSITION, cb=on_transition)
-    await asyncio.sleep(1.0)  # every durable consumer is bound
+    while len(await ping(nc)) < 3 + args.nodes:
+        await asyncio.sleep(0.5)
+    services = await ping(nc)
     print(f"{len(services)} services up in {time.perf_counter() - t_up:.1f} s "
           f"({args.nodes} node agents × {args.gpus_per_node} GPUs)")
     latencies = []
@@ -83,9 +97,23 @@ async def main(args: argparse.Namespace) -> None:
           f"p90 {q(0.9):.1f} ms, p99 {q(0.99):.1f} ms, max {latencies[-1]:.1f} ms, "
           f"mean {statistics.mean(latencies):.1f} ms")
     await nc.close()
-    stop.set()
-    await asyncio.gather(*tasks)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        await proc.wait()
     await server.stop()
+
+
+async def host_agents(args: argparse.Namespace) -> None:
+    """Node agents `args.agents` (a range i:j of the cluster's nodes), until SIGTERM."""
+    cluster = ClusterSpec.model_validate_json(Path(args.cluster_file).read_text())
+    lo, hi = (int(x) for x in args.agents.split(":"))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await asyncio.gather(*(serve(ServeOptions("nodeagent", args.nats_url, cluster,
+                                              node=n.node_id, trainers="simulated"), stop)
+                           for n in cluster.nodes[lo:hi]))
 
 
 if __name__ == "__main__":
@@ -95,4 +123,8 @@ if __name__ == "__main__":
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--jobs", type=int, default=500)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--agent-processes", type=int, default=4)
+    p.add_argument("--agents", help=argparse.SUPPRESS)  # child: host these node agents
+    p.add_argument("--nats-url", help=argparse.SUPPRESS)
+    p.add_argument("--cluster-file", help=argparse.SUPPRESS)
     asyncio.run(main(p.parse_args()))
