@@ -56,6 +56,10 @@ class Bus(Protocol):
         self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
     ) -> None: ...
 
+    async def flush(self) -> None:
+        """Until everything published so far is stored (a no-op where publishing is)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -169,6 +173,9 @@ class MemoryBus:
         self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
     ) -> None:
         self._routes.add(Subscription(subject, durable, handler, decoder))
+
+    async def flush(self) -> None:
+        return None  # delivery is in-process: nothing in flight
 
     async def close(self) -> None:
         return None

@@ -216,6 +216,9 @@ class NatsSimBus:
     ) -> None:
         self._routes.add(Subscription(subject, durable, handler, decoder))
 
+    async def flush(self) -> None:
+        return None  # reading the message back through the consumer proves it was stored
+
     async def close(self) -> None:
         try:
             if self._unacked and self._last is not None:

@@ -3,15 +3,20 @@
 Unlike the simulation's bus, nothing orders deliveries across services: each subscription is
 a durable JetStream consumer of its own, named after the service and subject, so a service
 that restarts resumes after the last message it acknowledged. A message is acknowledged once
-its handler has returned (at-least-once); a handler that raises leaves it unacknowledged, and
-JetStream redelivers it up to MAX_DELIVER times. Publishing waits for JetStream's
-acknowledgement (the message is stored) and sends the envelope's `event_id` as
-`Nats-Msg-Id`, so JetStream drops a duplicate within its window. A payload no decoder accepts
-is dead-lettered on `loom.deadletter.<service>` with the reason, then acknowledged.
+its handler has returned and everything the handler published is stored (at-least-once); a
+handler that raises, or whose publishes JetStream does not acknowledge, leaves it
+unacknowledged, and JetStream redelivers it up to MAX_DELIVER times.
+
+Publishes are pipelined: each is sent at once, in order on one connection, with the
+envelope's `event_id` as `Nats-Msg-Id` (JetStream drops a duplicate within its window), and
+the acknowledgements are awaited together (`flush`): one round trip for a cycle's plan and
+transitions instead of one each. A payload no decoder accepts is dead-lettered on
+`loom.deadletter.<service>` with the reason, then acknowledged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Callable
@@ -61,6 +66,10 @@ async def ensure_stream(js: Any, stream: str = subjects.STREAM, prefix: str = ""
         await js.add_stream(cfg)
 
 
+class PublishFailed(RuntimeError):
+    """JetStream did not acknowledge (store) a publish."""
+
+
 def server_list(url: str) -> list[str]:
     """`nats://a:4222,nats://b:4222` → the servers a client may connect to."""
     servers = [u.strip() for u in url.split(",") if u.strip()]
@@ -80,6 +89,7 @@ class NatsLiveBus:
         self.prefix = prefix
         self.stats = BusStats()
         self._subs: list[Any] = []
+        self._inflight: list[tuple[str, asyncio.Future[Any]]] = []
 
     @classmethod
     async def connect(cls, url: str, *, service: str, now: Callable[[], float],
@@ -101,16 +111,29 @@ class NatsLiveBus:
         return await self.publish_raw(subject, encode(env), env.event_id)
 
     async def publish_raw(self, subject: str, payload: bytes, msg_id: str | None = None) -> bool:
+        """Send now; the acknowledgement is awaited by `flush` (True: sent)."""
         if not subject.startswith("loom."):
             raise ValueError(f"subject {subject!r} is outside the cluster's stream (loom.>)")
         headers = None if msg_id is None else {MSG_ID: msg_id}
-        ack = await self.js.publish(self.prefix + subject, payload, headers=headers,
-                                    stream=self.stream)
-        if ack.duplicate:
-            self.stats.duplicates += 1
-            return False
+        ack = await self.js.publish_async(self.prefix + subject, payload, headers=headers,
+                                          stream=self.stream)
+        self._inflight.append((subject, ack))
         self.stats.published += 1
         return True
+
+    async def flush(self) -> None:
+        """Wait until JetStream has stored everything published so far; raise if it has not."""
+        inflight, self._inflight = self._inflight, []
+        failed = []
+        for subject, ack in inflight:
+            try:
+                if (await ack).duplicate:
+                    self.stats.duplicates += 1  # dropped by JetStream: already in the stream
+                    self.stats.published -= 1
+            except Exception as exc:  # not stored: the caller must not treat it as sent
+                failed.append(f"{subject}: {type(exc).__name__}: {exc}")
+        if failed:
+            raise PublishFailed("; ".join(failed))
 
     async def subscribe(self, subject: str, handler: Handler, *, durable: str,
                         decoder: Decoder = decode_any) -> None:
@@ -136,11 +159,13 @@ class NatsLiveBus:
             dl = dead_letter_envelope(sub, subject, msg.data, decode_failure(exc), self.now(),
                                       msg.metadata.sequence.stream)
             await self.publish(subjects.deadletter(sub.durable), dl)
+            await self.flush()
             await msg.ack()
             return
         self.stats.delivered += 1
         try:
             await sub.handler(env)
+            await self.flush()
         except Exception:
             # Left unacknowledged: JetStream redelivers it after ack_wait (at most MAX_DELIVER
             # times). The shell dead-letters core failures itself, so this is the shell's own.
@@ -150,6 +175,10 @@ class NatsLiveBus:
         await msg.ack()
 
     async def close(self) -> None:
+        try:
+            await self.flush()
+        except PublishFailed as exc:
+            _log.error("publishes lost at close", service=self.service, error=str(exc))
         for sub in self._subs:
             await sub.unsubscribe()  # the durable consumers stay: a restart resumes
         self._subs.clear()

@@ -133,3 +133,9 @@ class Shell:
             self._log("error", "timer failed", key=str(key), trace=traceback.format_exc(limit=3))
             return
         await self.apply(effects, None)
+        try:
+            await self.bus.flush()  # a message's effects are flushed before it is acknowledged
+        except Exception as exc:
+            self.errors += 1
+            self._log("error", "publishes of a timer not stored", key=str(key),
+                      reason=f"{type(exc).__name__}: {exc}")

@@ -104,6 +104,9 @@ class RecordingBus:
     ) -> None:
         await self.inner.subscribe(subject, handler, durable=durable, decoder=decoder)
 
+    async def flush(self) -> None:
+        await self.inner.flush()
+
     async def close(self) -> None:
         await self.inner.close()
 

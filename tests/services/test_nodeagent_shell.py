@@ -22,6 +22,9 @@ class NullBus:
     async def publish(self, subject: str, env: object) -> bool:
         return True
 
+    async def flush(self) -> None:
+        return None
+
 
 def shell(tmp_path: Path) -> tuple[NodeAgentShell, FakeBackend, list[ProcessSpec]]:
     node = ClusterSpec.uniform(1, 1, 2).nodes[0]
