@@ -33,8 +33,9 @@ from schemas.cluster import ClusterSpec
 from schemas.codec import decode
 from schemas.events import JobTransition
 from schemas.job import JobState
+from services.runtime.bus import MSG_ID
 from services.runtime.logging import configure
-from services.runtime.nats_live import MSG_ID, ensure_stream
+from services.runtime.nats_live import ensure_stream
 from services.runtime.natsserver import EmbeddedNats
 
 

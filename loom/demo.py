@@ -28,7 +28,8 @@ from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode
 from schemas.events import TrainerReport
-from services.runtime.nats_live import MSG_ID, ensure_stream
+from services.runtime.bus import MSG_ID
+from services.runtime.nats_live import ensure_stream
 from services.runtime.natsserver import free_port
 
 

@@ -23,7 +23,8 @@ from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import encode
 from schemas.events import OperatorCommand, envelope
-from services.runtime.nats_live import MSG_ID, ensure_stream, server_list
+from services.runtime.bus import MSG_ID
+from services.runtime.nats_live import ensure_stream, server_list
 from traces import load_cluster, load_trace
 
 URL_HELP = ("NATS server(s), comma-separated (default: $LOOM_NATS_URL, else the `loom up` "

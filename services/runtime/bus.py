@@ -24,6 +24,9 @@ from services.runtime.kernel import SimKernel
 Handler = Callable[[Envelope], Awaitable[None]]
 
 
+MSG_ID = "Nats-Msg-Id"  # the NATS header JetStream de-duplicates by: Loom's event id
+
+
 class Decoder(Protocol):
     def __call__(self, payload: bytes, *, fallback_id: str, now: float) -> Envelope: ...
 

@@ -29,6 +29,7 @@ from schemas import subjects
 from schemas.codec import encode
 from schemas.events import Envelope
 from services.runtime.bus import (
+    MSG_ID,
     BusStats,
     Decoder,
     Handler,
@@ -44,7 +45,6 @@ from services.runtime.kernel import SimKernel
 from services.runtime.logging import get_logger
 from services.runtime.natsserver import EmbeddedNats
 
-MSG_ID = "Nats-Msg-Id"
 NEXT_TIMEOUT_S = 30.0
 # Handled messages are acked in batches (AckPolicy.ALL: one ack covers all earlier ones).
 ACK_EVERY = 64

@@ -29,6 +29,7 @@ from schemas import subjects
 from schemas.codec import encode
 from schemas.events import Envelope
 from services.runtime.bus import (
+    MSG_ID,
     BusStats,
     Decoder,
     Handler,
@@ -40,7 +41,6 @@ from services.runtime.bus import (
 )
 from services.runtime.logging import get_logger
 
-MSG_ID = "Nats-Msg-Id"
 DUPLICATE_WINDOW_S = 600.0
 MAX_DELIVER = 5
 ACK_WAIT_S = 60.0

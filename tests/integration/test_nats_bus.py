@@ -16,9 +16,9 @@ from schemas.events import CycleStarted, DeadLetter, Envelope, JobTransition, en
 from schemas.job import SubmitJob
 from services.injector.core import InjectorCore
 from services.runtime import nats_bus as nats_bus_module
-from services.runtime.bus import Bus, MemoryBus, decode_submit
+from services.runtime.bus import MSG_ID, Bus, MemoryBus, decode_submit
 from services.runtime.kernel import SimKernel
-from services.runtime.nats_bus import MSG_ID, NatsSimBus
+from services.runtime.nats_bus import NatsSimBus
 from services.runtime.natsserver import EmbeddedNats
 from tests.builders import cluster, make_job
 from tests.integration.pipeline import (
