@@ -63,6 +63,24 @@ async def main(args: argparse.Namespace) -> None:
     placed: dict[str, float] = {}
     waiter: dict[str, asyncio.Future[None]] = {}
 
+    sent: dict[str, float] = {}
+    steps: dict[str, list[tuple[float, str]]] = {}
+
+    async def on_any(msg: Any) -> None:
+        if msg.subject == subjects.JOB_SUBMIT:
+            return
+        body = decode(msg.data).body
+        ids = [getattr(body, "job_id", None)] + [x.job_id for x in
+                                                  getattr(body, "launches", ())]
+        for jid in ids:
+            if jid in sent:
+                name = type(body).__name__ + (f"({body.state.value})"
+                                              if isinstance(body, JobTransition) else "")
+                steps.setdefault(jid, []).append((time.perf_counter(), name))
+
+    if args.trace_steps:
+        await nc.subscribe("loom.>", cb=on_any)
+
     async def on_transition(msg: Any) -> None:
         body = decode(msg.data).body
         if isinstance(body, JobTransition) and body.state is JobState.RUNNING:
@@ -83,13 +101,17 @@ async def main(args: argparse.Namespace) -> None:
         waiter[jid] = asyncio.get_running_loop().create_future()
         body = {"job_id": jid, "model": "resnet18", "gpus": 1 + i % args.gpus_per_node,
                 "iterations": 1, "iteration_time_s": 0.001}
-        t0 = time.perf_counter()
+        t0 = sent[jid] = time.perf_counter()
         await js.publish(subjects.JOB_SUBMIT, json.dumps(body).encode(),
                          headers={MSG_ID: f"submit.{jid}"})
         await asyncio.wait_for(waiter[jid], 30)
         if i >= args.warmup:
             latencies.append((placed[jid] - t0) * 1000)
     latencies.sort()
+    if args.trace_steps:
+        for jid in [f"bench-{i}" for i in range(args.warmup, args.warmup + 5)]:
+            t0 = sent[jid]
+            print(jid, ", ".join(f"{name}@{1000 * (t - t0):.1f}" for t, name in steps[jid]))
 
     def q(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))]
@@ -125,6 +147,8 @@ if __name__ == "__main__":
     p.add_argument("--jobs", type=int, default=500)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--agent-processes", type=int, default=4)
+    p.add_argument("--trace-steps", action="store_true",
+                   help="also print when each step of five jobs was seen on the bus")
     p.add_argument("--agents", help=argparse.SUPPRESS)  # child: host these node agents
     p.add_argument("--nats-url", help=argparse.SUPPRESS)
     p.add_argument("--cluster-file", help=argparse.SUPPRESS)
