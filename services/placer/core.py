@@ -10,6 +10,10 @@ them, all-or-nothing. Two schemes:
 - `yarn`: the research simulators' own rule for compatibility runs: consolidated like the
   first, but first fit in node order and every job re-placed from scratch each cycle (running
   jobs move freely), as Muri's and Tiresias' simulators re-pack the cluster at every event.
+- `buddy` (ElasticFlow's elastic placement): a gang of 2^k GPUs takes an aligned block, GPUs
+  [i·2^k, (i+1)·2^k) of one node, or 2^k / node-size whole nodes in a row (aligned, under one
+  switch), so an elastic job that halves or doubles stays contiguous and blocks do not
+  fragment each other; tightest node first. Other gang sizes are placed consolidated.
 
 Running jobs keep their GPUs when those are still free ("sticky"), and new jobs prefer GPUs no
 running job holds, so a re-plan moves as few jobs as possible. Both schemes are monotone: if a
@@ -29,8 +33,8 @@ from typing import Literal
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 
-Scheme = Literal["consolidated", "count", "yarn"]
-SCHEMES: tuple[Scheme, ...] = ("consolidated", "count", "yarn")
+Scheme = Literal["consolidated", "count", "yarn", "buddy"]
+SCHEMES: tuple[Scheme, ...] = ("consolidated", "count", "yarn", "buddy")
 
 
 @functools.cache
@@ -179,7 +183,8 @@ class CyclePlacement:
         self.placed: dict[str, GpuSlots] = {}
         # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
         # not either), which lets policies skip ahead; mixed node sizes break that.
-        self.monotone = topo.uniform
+        # Buddy blocks mixed with consolidated odd sizes promise no such order.
+        self.monotone = topo.uniform and scheme != "buddy"
         # Drained nodes (`loom drain`): jobs running there keep their GPUs, nothing new lands.
         self.cordoned = frozenset(cordoned)
         for node in nodes:
@@ -228,6 +233,9 @@ class CyclePlacement:
         for displace in (False, True):
             if slots is not None:
                 break
+            if self.scheme == "buddy" and gpus & (gpus - 1) == 0:
+                slots = self._buddy(switches, gpus, displace)
+                continue
             slots = self._consolidated(nodes, switches, gpus, displace)
             if slots is None and self.scheme == "count":
                 slots = self._spread(nodes, switches, gpus, displace)
@@ -278,6 +286,36 @@ class CyclePlacement:
                 slots = self._multi_node(members, gpus, displace)
                 if slots is not None:
                     return slots
+        return None
+
+    def _buddy(self, switches: list[list[_Node]], gpus: int, displace: bool
+               ) -> GpuSlots | None:
+        """An aligned power-of-two block: within a node, or whole nodes in a row."""
+        best: tuple[int, _Node, int] | None = None  # (free GPUs, node, block mask)
+        for members in switches:
+            for node in members:
+                if node.size < gpus:
+                    continue
+                usable = node.free if displace else node.free & ~node.held
+                for start in range(0, node.size - gpus + 1, gpus):
+                    block = ((1 << gpus) - 1) << start
+                    if usable & block == block:
+                        if best is None or node.n_free < best[0]:
+                            best = (node.n_free, node, block)
+                        break
+        if best is not None:
+            _, node, block = best
+            node.free &= ~block
+            return ((node.node_id, _indices(block)),)
+        for members in switches:
+            size = max((n.size for n in members), default=0)
+            if size == 0 or gpus % size:
+                continue
+            run = gpus // size
+            for start in range(0, len(members) - run + 1, run):
+                row = members[start:start + run]
+                if all(n.size == size and n.available(displace) == size for n in row):
+                    return tuple((n.node_id, n.take(size)) for n in row)
         return None
 
     def _multi_node(self, members: list[_Node], gpus: int, displace: bool) -> GpuSlots | None:
