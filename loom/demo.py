@@ -2,8 +2,8 @@
 
 It brings up NATS, the control plane and two node agents with two fake GPUs each (every "GPU"
 runs one CPU trainer process), submits six PyTorch jobs of the four workload families, 1- and
-2-GPU (the 2-GPU ones data-parallel over gloo), under SRTF: short jobs submitted once the long
-ones have trained a while preempt them; they checkpoint, and later resume. It prints the status
+2-GPU (the 2-GPU ones data-parallel over gloo), under SRTF in 5 s rounds: short jobs submitted
+once the long ones have trained a while preempt them; they checkpoint, and later resume. It prints the status
 as it changes, then a summary (JCTs, preemptions, resumes with the loss before and after),
 checks the Prometheus endpoint, and tears everything down.
 """
@@ -51,6 +51,7 @@ BATCH = (
     DemoJob("gpt-1gpu", "gpt2", 1, 150, 1),
 )
 WAVE_AFTER = 100  # iterations: the long jobs have checkpointable progress to lose
+ROUND_S = 5.0  # SRTF re-plans in short rounds: preemptions come at round boundaries
 ITERATION_S = 0.05  # the submission's speed estimate (SRTF orders by it until reports arrive)
 
 
@@ -61,8 +62,8 @@ async def run_demo(out: Path | None, console: Console, timeout_s: float = 600.0)
     spec.write_text(cluster.model_dump_json())
     port = free_port()
     ready, stop = asyncio.Event(), asyncio.Event()
-    opts = UpOptions(cluster, str(spec), policy="srtf", trainers="pytorch", gpus_per_node=2,
-                     state_dir=Path(tmp.name), prometheus_port=port)
+    opts = UpOptions(cluster, str(spec), policy="srtf", round_s=ROUND_S, trainers="pytorch",
+                     gpus_per_node=2, state_dir=Path(tmp.name), prometheus_port=port)
     url_box: list[str] = []
     cluster_task = asyncio.create_task(up(opts, ready=ready, stop=stop, url_out=url_box))
     try:
