@@ -60,6 +60,11 @@ class OverheadModel:
             return base * 1000.0 * MURI_SLOWDOWN / 1000.0
         return base
 
+    @property
+    def charges_per_event(self) -> bool:
+        """Whether a scheduling cycle costs running jobs time (`per_event` can be > 0)."""
+        return self.kind in ("muri", "elasticflow")
+
     def per_event(self, spec: JobSpec) -> float:
         if self.kind == "muri":
             return _MURI_OVERHEAD.get(spec.gpus, {}).get(spec.model, _MURI_DEFAULT)
