@@ -3,9 +3,9 @@
 It brings up NATS, the control plane and two node agents with two fake GPUs each (every "GPU"
 runs one CPU trainer process), submits six PyTorch jobs of the four workload families, 1- and
 2-GPU (the 2-GPU ones data-parallel over gloo), under SRTF in 5 s rounds: short jobs submitted
-once the long ones have trained a while preempt them; they checkpoint, and later resume. It prints the status
-as it changes, then a summary (JCTs, preemptions, resumes with the loss before and after),
-checks the Prometheus endpoint, and tears everything down.
+once the long ones have trained a while preempt them; they checkpoint, and later resume. It
+prints the status as it changes, then a summary (JCTs, preemptions, resumes with the loss
+before and after), checks the Prometheus endpoint, and tears everything down.
 """
 
 from __future__ import annotations
