@@ -71,6 +71,9 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                        help="seconds a stopped trainer gets to checkpoint (default 30)")
     agent.add_argument("--fast-forward", type=int, default=0, metavar="K",
                        help="trainers compute K iterations per launch, then fast-forward")
+    agent.add_argument("--advertise-addr", default="127.0.0.1",
+                       help="this node's address as other nodes' trainers reach it (rank 0 "
+                            "of a job led here listens on it; default 127.0.0.1, one machine)")
     s.add_argument("--log-level", default="info", help="log level (default info)")
 
     u = sub.add_parser("up", help="start NATS, the control plane and local node agents")
@@ -137,6 +140,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         gpu_backend=args.gpu_backend, checkpoint_root=args.checkpoint_root,
                         grace_s=args.grace_s, fast_forward=args.fast_forward,
                         prometheus_addr=args.prometheus_addr,
+                        advertise_addr=args.advertise_addr,
                         stream_replicas=args.stream_replicas)
     return asyncio.run(serve(opts))
 

@@ -98,6 +98,7 @@ class ServeOptions:
     checkpoint_root: Path = Path("/var/lib/loom/checkpoints")
     grace_s: float = DEFAULT_GRACE_S
     fast_forward: int = 0
+    advertise_addr: str = "127.0.0.1"  # nodeagent: the address other nodes' trainers use
 
 
 def build_service(opts: ServeOptions) -> tuple[Core, GpuBackend | None]:
@@ -138,11 +139,13 @@ def trainer_agent(opts: ServeOptions, node: NodeSpec) -> tuple[TrainerNodeCore, 
         node_id=node.node_id, backend=backend.name,
         gpus=tuple(GpuInfo(index=g.index, uuid=g.uuid, name=g.name,
                            memory_bytes=g.memory_bytes) for g in found),
-        links=tuple(GpuLink(a=x.a, b=x.b, kind=x.kind) for x in backend.topology()))
+        links=tuple(GpuLink(a=x.a, b=x.b, kind=x.kind) for x in backend.topology()),
+        address=opts.advertise_addr)
     settings = TrainerSettings(python=sys.executable, checkpoint_root=opts.checkpoint_root,
                                grace_s=opts.grace_s, fast_forward=opts.fast_forward,
                                mps_dir=opts.checkpoint_root.parent / "mps")
-    core = TrainerNodeCore(node, [g.uuid for g in found], settings, inventory=inventory)
+    core = TrainerNodeCore(node, [g.uuid for g in found], settings,
+                           addresses={node.node_id: opts.advertise_addr}, inventory=inventory)
     return core, backend
 
 

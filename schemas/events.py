@@ -137,6 +137,7 @@ class NodeInfo(_Body):
     backend: str  # dcgm | nvml | fake
     gpus: tuple[GpuInfo, ...]
     links: tuple[GpuLink, ...] = ()
+    address: str = "127.0.0.1"  # where other nodes reach its trainers (rank 0's rendezvous)
 
 
 class GpuSample(_Body):

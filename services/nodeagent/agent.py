@@ -7,8 +7,9 @@ trainer's protocol records (`services.trainer.protocol`) and exit codes.
 
 A job placed on several nodes runs one trainer process per GPU (its rank): ranks are
 numbered along the placement, so every node of the gang computes the same ranks, world size,
-rendezvous address (the first node of the placement) and port (from the job and the cycle
-that launched it) without talking to the others. The node with rank 0 leads: it reports the
+rendezvous address (the first node of the placement, as that node announced it in its
+`NodeInfo`) and port (from the job and the cycle that launched it) without talking to the
+others. The node with rank 0 leads: it reports the
 job's progress (at every cycle, and when it stops) and its completion.
 
 Stopping is graceful: the trainers get SIGTERM and the grace period to checkpoint; the
@@ -155,7 +156,8 @@ class TrainerNodeCore(CoreDefaults):
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.node_command(self.node.node_id)),
-                Subscribe(subjects.CYCLE_STARTED))
+                Subscribe(subjects.CYCLE_STARTED),
+                Subscribe(subjects.NODE_INFO))
 
     # -- bus inputs ----------------------------------------------------------------------------
     def handle(self, env: Envelope, now: float) -> list[Effect]:
@@ -164,6 +166,10 @@ class TrainerNodeCore(CoreDefaults):
             return self._on_command(body)
         if isinstance(body, CycleStarted):
             return self._report(body.cycle)
+        if isinstance(body, NodeInfo):
+            # Where each node's trainers listen: a gang led elsewhere rendezvous there.
+            self.addresses[body.node_id] = body.address
+            return []
         raise TypeError(f"node agent does not handle {env.type}")
 
     def start(self, now: float) -> list[Effect]:

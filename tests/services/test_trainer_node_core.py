@@ -167,8 +167,18 @@ def test_an_agent_needs_as_many_gpus_as_its_node() -> None:
 
 
 def test_subjects() -> None:
-    assert [s.subject for s in agent(1).subscriptions()] == [subjects.node_command(N1),
-                                                             subjects.CYCLE_STARTED]
+    assert [s.subject for s in agent(1).subscriptions()] == [
+        subjects.node_command(N1), subjects.CYCLE_STARTED, subjects.NODE_INFO]
+
+
+def test_a_gang_led_elsewhere_meets_at_the_address_its_leader_announced() -> None:
+    core = agent(1)
+    info = NodeInfo(node_id=N0, backend="nvml", gpus=(), address="10.0.0.7")
+    assert core.handle(envelope(info, event_id="i", occurred_at=0, producer="a",
+                                causation_id=None), 0.0) == []
+    gang = launch("g", ((N0, (0,)), (N1, (0,))))
+    [spawn] = spawns(core.handle(command(N1, 4, (gang,)), 0.0))  # type: ignore[arg-type]
+    assert parse(list(spawn.argv[3:])).master_addr == "10.0.0.7"
 
 
 def test_start_announces_the_inventory_and_heartbeats_carry_telemetry_and_jobs() -> None:
