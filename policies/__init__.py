@@ -24,7 +24,7 @@ from policies.max_min_fairness import (
 from policies.max_min_fairness_packed import MaxMinFairnessPacked
 from policies.min_cost import MinCost, MinCostSlo
 from policies.min_makespan import MinMakespan
-from policies.mlfq import Las, Tiresias
+from policies.mlfq import Las, Tiresias, TiresiasPollux
 from policies.muri import MuriL, MuriS
 from policies.pollux import Pollux
 from policies.srsf import Srsf
@@ -34,7 +34,7 @@ from policies.themis import Themis
 REGISTRY: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (
-        Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, Themis, MuriS, MuriL,
+        Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, Themis, MuriS, MuriL, TiresiasPollux,
         # Gavel's heterogeneity-aware policies and their agnostic baselines (round-based)
         MaxMinFairness, MaxMinFairnessPerf, FinishTimeFairness, FinishTimeFairnessPerf,
         FifoRandom, FifoPerf, MinMakespan, MinCost, MinCostSlo, AlloX,

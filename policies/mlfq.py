@@ -113,3 +113,13 @@ class Tiresias(DiscretisedLas):
     name = "tiresias"
     description = "Tiresias 2D-LAS on attained GPU-time (dlas-gpu): MLFQ, limits 3250 s/7200 s"
     gpu_time = True
+
+
+class TiresiasPollux(Tiresias):
+    """Pollux's Tiresias+TunedJobs baseline (its simulator's `tiresias.py`): two queues, one
+    demotion at 16 GPU-hours of attained service; Pollux re-plans it every 60 s
+    (`--round-s 60`)."""
+
+    name = "tiresias-pollux"
+    description = "Tiresias as Pollux's simulator runs it: 2 queues, demotion at 16 GPU-hours"
+    limits = (57_600.0,)
