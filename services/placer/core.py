@@ -77,6 +77,7 @@ class _Node:
     free: int
     held: int  # held by a running job not yet re-placed this cycle
     gpu_type: str
+    nvlink: tuple[int, ...] = ()  # per GPU: mask of its NVLink peers (empty: unknown)
 
     @property
     def n_free(self) -> int:
@@ -90,13 +91,31 @@ class _Node:
         return self.n_free if displace else self.unheld_free()
 
     def take(self, k: int) -> tuple[int, ...]:
-        """Take k free GPUs, unheld ones first, lowest index first."""
-        picked = _lowest(self.free & ~self.held, k)
-        short = k - picked.bit_count()
-        if short:
-            picked |= _lowest(self.free & self.held, short)
+        """Take k free GPUs, unheld ones first, lowest index first (NVLink peers together,
+        where the node agent reported its topology)."""
+        unheld = self.free & ~self.held
+        if self.nvlink and k > 1 and unheld.bit_count() >= k:
+            picked = self._linked(unheld, k)
+        else:
+            picked = _lowest(unheld, k)
+            short = k - picked.bit_count()
+            if short:
+                picked |= _lowest(self.free & self.held, short)
         self.free &= ~picked
         return _indices(picked)
+
+    def _linked(self, pool: int, k: int) -> int:
+        """k GPUs of `pool`, grown greedily by NVLink links to those already taken."""
+        def links(i: int, to: int) -> int:
+            return (self.nvlink[i] & to).bit_count()
+
+        members = _indices(pool)
+        first = max(members, key=lambda i: (links(i, pool), -i))
+        picked = 1 << first
+        while picked.bit_count() < k:
+            rest = [i for i in members if not picked >> i & 1]
+            picked |= 1 << max(rest, key=lambda i: (links(i, picked), -i))
+        return picked
 
 
 class Topology:
@@ -116,10 +135,24 @@ class Topology:
         for i, n in enumerate(cluster.nodes):
             groups.setdefault(n.switch_id, []).append(i)
         self.switch_groups = list(groups.values())
+        # NVLink peers per GPU, per node, as node agents report them (`learn_links`).
+        self.nvlink: dict[str, tuple[int, ...]] = {}
         sizes = {n.gpus for n in cluster.nodes if n.gpus}
         self.uniform = len(sizes) <= 1
         self.total_gpus = cluster.total_gpus
         self._masks: dict[GpuSlots, tuple[tuple[int, int], ...] | None] = {}
+
+    def learn_links(self, node_id: str, pairs: Collection[tuple[int, int]]) -> None:
+        """A node's NVLink-connected GPU pairs (by index): placement keeps gangs on them."""
+        i = self.index.get(node_id)
+        if i is None:
+            return
+        peers = [0] * self.nodes[i][2]
+        for a, b in pairs:
+            if a < len(peers) and b < len(peers):
+                peers[a] |= 1 << b
+                peers[b] |= 1 << a
+        self.nvlink[node_id] = tuple(peers) if any(peers) else ()
 
     def masks(self, slots: GpuSlots) -> tuple[tuple[int, int], ...] | None:
         """(node index, GPU mask) per node of a placement; None if it names missing GPUs."""
@@ -155,7 +188,8 @@ class CyclePlacement:
         self.scheme = scheme
         if scheme == "yarn":
             previous = None  # re-pack from scratch: nothing is kept, nothing is held
-        self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0, gpu_type)
+        self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0, gpu_type,
+                                     topo.nvlink.get(nid, ()))
                                for nid, sw, size, gpu_type in topo.nodes]
         self._switches = [[nodes[i] for i in group] for group in topo.switch_groups]
         self.free_gpus = topo.total_gpus

@@ -37,6 +37,7 @@ from schemas.events import (
     JobFinished,
     JobTransition,
     Launch,
+    NodeInfo,
     NodeStatus,
     OperatorCommand,
     PlanDecided,
@@ -156,6 +157,7 @@ class SchedulerCore(CoreDefaults):
             Subscribe(subjects.JOB_FINISHED),
             Subscribe(subjects.NODE_STATUS),
             Subscribe(subjects.OPERATOR),
+            Subscribe(subjects.NODE_INFO),
         )
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
@@ -169,6 +171,12 @@ class SchedulerCore(CoreDefaults):
             return []
         if isinstance(body, OperatorCommand):
             return self._on_operator(body, now)
+        if isinstance(body, NodeInfo):
+            index = {g.uuid: g.index for g in body.gpus}
+            self.topology.learn_links(body.node_id, [
+                (index[x.a], index[x.b]) for x in body.links
+                if x.kind == "nvlink" and x.a in index and x.b in index])
+            return []
         raise TypeError(f"scheduler does not handle {env.type}")
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:

@@ -13,7 +13,7 @@ import pytest
 
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuSlots
-from services.placer.core import SCHEMES, CyclePlacement
+from services.placer.core import SCHEMES, CyclePlacement, Topology
 from tests.builders import cluster
 
 STICKY = tuple(s for s in SCHEMES if s != "yarn")  # yarn re-packs every cycle by design
@@ -554,3 +554,34 @@ def test_buddy_refuses_when_no_aligned_block_is_free() -> None:
     fit = busy(cl, "buddy", {name: (1, 2)})  # GPUs 0 and 3 free, but not aligned together
     assert fit.try_place("j", 2) is None
     assert fit.try_place("k", 1) is not None
+
+
+# An 8-GPU node whose NVLink pairs are not neighbours by index: (0,3), (1,2), (4,7), (5,6).
+LINKS = [(0, 3), (1, 2), (4, 7), (5, 6)]
+
+
+@pytest.mark.parametrize(("used", "gpus", "expected"), [
+    ((), 2, (0, 3)),            # an NVLink pair, not GPUs 0 and 1
+    ((0,), 2, (1, 2)),          # 0's partner is alone now: the next whole pair
+    ((0, 1), 2, (4, 7)),        # 3 and 2 are free but not linked to each other
+    ((), 4, (0, 1, 2, 3)),      # two pairs
+    ((), 1, (0,)),              # one GPU: lowest index, as without topology
+])
+def test_gangs_within_a_node_stay_on_nvlink_pairs(used: tuple[int, ...], gpus: int,
+                                                  expected: tuple[int, ...]) -> None:
+    cl = cluster(1, 8)
+    node = cl.nodes[0].node_id
+    topo = Topology(cl)
+    topo.learn_links(node, LINKS)
+    fit = CyclePlacement(topo, "consolidated", {"busy": ((node, used),)} if used else None)
+    if used:
+        assert fit.try_place("busy", len(used)) is not None
+    slots = fit.try_place("j", gpus)
+    assert slots is not None and tuple(sorted(slots[0][1])) == expected
+
+
+def test_without_reported_links_placement_is_unchanged() -> None:
+    cl = cluster(1, 8)
+    fit = CyclePlacement(Topology(cl), "consolidated")
+    slots = fit.try_place("j", 2)
+    assert slots is not None and slots[0][1] == (0, 1)

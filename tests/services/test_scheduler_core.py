@@ -8,8 +8,11 @@ import policies
 from schemas import subjects
 from schemas.events import (
     CycleStarted,
+    GpuInfo,
+    GpuLink,
     JobFinished,
     JobTransition,
+    NodeInfo,
     NodeStatus,
     PlanDecided,
     envelope,
@@ -164,7 +167,7 @@ def test_tiresias_wakeup_is_armed_and_cleared() -> None:
 def test_subscriptions_cover_what_the_scheduler_consumes() -> None:
     subs = {s.subject for s in _core().subscriptions()}
     assert subs == {subjects.JOB_SUBMIT, subjects.JOB_FINISHED, subjects.NODE_STATUS,
-                    subjects.OPERATOR}
+                    subjects.OPERATOR, subjects.NODE_INFO}
 
 
 def test_policies_see_running_jobs_in_admission_order_not_start_order() -> None:
@@ -184,3 +187,18 @@ def test_policies_see_running_jobs_in_admission_order_not_start_order() -> None:
     assert [launch.job_id for launch in _published(eff, PlanDecided)[0].launches] == ["x", "a"]
     core.on_timer("cycle", 5.0)
     assert seen[-1] == ["a", "x"]
+
+
+def test_a_nodes_reported_nvlink_pairs_guide_where_a_gang_goes_on_it() -> None:
+    core = SchedulerCore(cluster(1, 8), policies.make("fifo"), SchedulerConfig())
+    node = core.cluster.nodes[0].node_id
+    uuids = [f"GPU-{i}" for i in range(8)]
+    info = NodeInfo(node_id=node, backend="nvml",
+                    gpus=tuple(GpuInfo(index=i, uuid=u, name="A100", memory_bytes=1)
+                               for i, u in enumerate(uuids)),
+                    links=(GpuLink(a="GPU-0", b="GPU-5", kind="nvlink"),
+                           GpuLink(a="GPU-0", b="GPU-1", kind="pcie-host")))
+    assert _deliver(core, info, 0.0) == []
+    _submit(core, make_job("a").gpus(2).build(), 0.0)
+    (plan,) = _published(core.on_timer("cycle", 0.0), PlanDecided)
+    assert plan.launches[0].placement == ((node, (0, 5)),)
