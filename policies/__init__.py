@@ -9,6 +9,7 @@ from policies.allox import AlloX
 from policies.base import Policy
 from policies.chronus import Chronus
 from policies.edf import Edf, EdfAccessControl
+from policies.elasticflow import ElasticFlow
 from policies.fifo import Fifo
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
@@ -41,7 +42,7 @@ REGISTRY: dict[str, type[Policy]] = {
         MaxMinFairnessPacked, Gandiva, MaxMinFairnessWaterFilling,
         MaxMinFairnessWaterFillingPerf,
         # ElasticFlow's deadline baselines (slotted)
-        Edf, EdfAccessControl, GandivaTimeslice,
+        Edf, EdfAccessControl, GandivaTimeslice, ElasticFlow,
         # Chronus' lease terms (round-based: one term per round)
         Chronus,
         # Pollux's goodput-optimised co-adaptive allocation (periodic, 60 s)

@@ -87,8 +87,10 @@ class Edf(Policy):
 Profile = dict[float, int]  # free GPUs over time as ElasticFlow plans them: breakpoint → free
 
 
-def _merge(free: Profile) -> Profile:
-    """Drop breakpoints that repeat the previous value (the artifact's `merge_dict`)."""
+def merge_profile(free: Profile) -> Profile:
+    """Drop breakpoints that repeat the previous value (the artifact's `merge_dict`).
+
+    Breakpoints are taken in time order; the first is always kept."""
     out: Profile = {}
     last: int | None = None
     for t in sorted(free):
@@ -98,7 +100,8 @@ def _merge(free: Profile) -> Profile:
     return out
 
 
-def _align(start: float, t: float, slot: float) -> float:
+def align_to_slot(start: float, t: float, slot: float) -> float:
+    """`t` rounded up to the slot grid that starts at `start` (`align_to_time_slot`)."""
     n, rest = divmod(t - start, slot)
     return start + (n + (1 if rest > 0 else 0)) * slot
 
@@ -138,8 +141,8 @@ def plan_edf(job: JobView, free: Profile, now: float, total: int, slot: float
                 if at != end:
                     new[at] = available - use
                 if end not in free:
-                    new[_align(now, end, slot)] = before_end
-                return ok and end <= deadline, _merge(new)
+                    new[align_to_slot(now, end, slot)] = before_end
+                return ok and end <= deadline, merge_profile(new)
             left -= (t - at) * rate[use]
             new[at] = new.get(at, available) - use
         available = new[t]
@@ -148,8 +151,8 @@ def plan_edf(job: JobView, free: Profile, now: float, total: int, slot: float
             ok = False
     end = math.ceil(at + left / rate[quota])
     new[at] = total - quota
-    new[_align(now, end, slot)] = total
-    return ok and end <= deadline, _merge(new)
+    new[align_to_slot(now, end, slot)] = total
+    return ok and end <= deadline, merge_profile(new)
 
 
 class EdfAccessControl(Edf):

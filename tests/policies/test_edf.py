@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.base import JobView
-from policies.edf import deadline_key, edf_share
+from policies.edf import align_to_slot, deadline_key, edf_share, merge_profile
 from schemas.job import JobSpec
 from tests.builders import make_job, simulate, view
 from traces import load_cluster, load_trace
@@ -32,6 +32,24 @@ LEVELS = {1: 1.0, 2: 1.9, 4: 3.5, 8: 6.0}
 def test_share(free: int, cluster_gpus: int, share: int) -> None:
     job = view(elastic("a", 100.0, LEVELS))
     assert edf_share(job, free, cluster_gpus) == share
+
+
+@pytest.mark.parametrize(("start", "t", "aligned"), [
+    (0.0, 0.0, 0.0),      # on the grid
+    (0.0, 1.0, 60.0),     # rounded up
+    (0.0, 60.0, 60.0),
+    (0.0, 61.0, 120.0),
+    (30.0, 31.0, 90.0),   # the grid starts at `start`
+    (100.0, 70.0, 100.0),  # before the start: rounded up towards it
+    (100.0, 40.0, 40.0),
+])
+def test_align_to_slot(start: float, t: float, aligned: float) -> None:
+    assert align_to_slot(start, t, 60.0) == aligned
+
+
+def test_merge_profile_keeps_only_changes_in_time_order() -> None:
+    assert merge_profile({0: 4, 60: 4, 120: 2, 180: 2, 240: 4}) == {0: 4, 120: 2, 240: 4}
+    assert list(merge_profile({120: 2, 0: 4})) == [0, 120]
 
 
 def test_a_rigid_job_runs_at_its_size_or_not_at_all() -> None:
