@@ -219,6 +219,8 @@ def _print_summary(summary: dict[str, Any], console: Console) -> None:
         table.add_row(p["job_id"], p["model"], str(p["gpus"]),
                       f"{p['trainer_iterations']}/{p['iterations']}", stops, around, final)
     console.print(table)
-    console.print(f"avg JCT {summary['avg_jct_s']} s over {summary['finished']} jobs; "
-                  f"Prometheus: {summary['prometheus_finished']} finished, "
-                  f"{summary['prometheus_jct_count']} JCTs observed")
+    jct, found, jcts = (summary["avg_jct_s"], summary["prometheus_finished"],
+                        summary["prometheus_jct_count"])
+    console.print(f"avg JCT {jct or 0:.1f} s over {summary['finished']} jobs; Prometheus: "
+                  f"{found or 0:.0f} finished, {jcts or 0:.0f} JCTs observed, "
+                  f"{summary['prometheus_gpus_reporting']} GPUs reporting")
