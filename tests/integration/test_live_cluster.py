@@ -72,6 +72,7 @@ def test_jobs_submitted_to_a_live_cluster_run_to_completion(
     ids = [loom("submit", "--nats-url", url, "--model", "resnet18", "--gpus", str(g),
                 "--iterations", "400", "--tenant", "lab").strip() for g in (2, 2, 4)]
     assert len(set(ids)) == 3 and all(i.startswith("job-") for i in ids)
+    asyncio.run(_nats_pub(url, README_JSON))  # what `nats pub` sends: a plain core publish
     too_big = loom("submit", "--nats-url", url, "--model", "bert", "--gpus", "8",
                    "--iterations", "10").strip()
     deadline = time.monotonic() + 60
@@ -82,6 +83,8 @@ def test_jobs_submitted_to_a_live_cluster_run_to_completion(
         assert time.monotonic() < deadline, jobs
         time.sleep(0.5)
     assert all(jobs[i]["done"] == 400 and jobs[i]["tenant"] == "lab" for i in ids)
+    by_hand = [j for j in jobs.values() if j["tenant"] == "nlp"]
+    assert len(by_hand) == 1 and by_hand[0]["model"] == "bert"  # admitted under a new id
     assert jobs[too_big]["state"] == "rejected"
     assert jobs[too_big]["reason"] == "needs 8 GPUs; the cluster has 4"
     with urllib.request.urlopen(f"http://127.0.0.1:{PROMETHEUS}/metrics", timeout=5) as resp:
@@ -114,6 +117,25 @@ def operate(url: str) -> None:
     bad = subprocess.run([*LOOM, "cancel", long, "--nats-url", url], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and f"cancel: no active job '{long}'" in bad.stderr
+
+
+# The README's `nats pub loom.jobs.submit '...'` payload, byte for byte.
+README_JSON = (b'{"model": "bert", "gpus": 2, "iterations": 5000, "iteration_time_s": 0.5, '
+               b'"tenant": "nlp"}')
+
+
+def test_the_readme_shows_exactly_these_bytes() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"nats pub loom.jobs.submit '{README_JSON.decode()}'" in readme
+
+
+async def _nats_pub(url: str, payload: bytes) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.publish("loom.jobs.submit", payload)
+        await nc.flush()
+    finally:
+        await nc.close()
 
 
 async def _ping(url: str) -> list[str]:
