@@ -9,6 +9,7 @@ import queue
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -23,9 +24,11 @@ from rich.progress import (
 
 import policies
 from loom.simulate import BusKind, SimConfig, SimResult, run_simulation
+from schemas.tenants import load_tenants
 from services.runtime.logging import configure
 from traces import load_cluster, load_trace
 from traces.loader import Trace
+from traces.measured import load_measured, with_measured
 from traces.scaling import load_scaling, with_scaling
 from traces.throughputs import load_throughputs
 
@@ -49,6 +52,8 @@ class RunSpec:
     throughputs: str | None = None  # profile JSON; None: Gavel's bundled simulation table
     stop_after: tuple[str, ...] | None = None  # stop once these job ids have all finished
     gpu_type: str | None = None  # A100 | T4: make deadline-trace jobs elastic from its table
+    tenants: str | None = None  # tenants file (quotas, fair share); None: no limits
+    measured: str | None = None  # a `loom profile` folder: measured speeds (and overheads)
 
     def validate(self) -> None:
         """Fail before any work starts: unknown policy, unreadable trace or cluster."""
@@ -58,6 +63,10 @@ class RunSpec:
         self._trace()
         if self.gpu_type is not None:
             load_scaling(self.gpu_type)
+        if self.tenants is not None:
+            load_tenants(self.tenants)
+        if self.measured is not None:
+            load_measured(self.measured)
 
     def _trace(self) -> Trace:
         table = load_throughputs(self.throughputs) if self.throughputs else None
@@ -68,12 +77,18 @@ class RunSpec:
         jobs = trace.jobs
         if self.gpu_type is not None:
             jobs = with_scaling(jobs, load_scaling(self.gpu_type))
+        overhead = self.overhead or trace.default_overhead
+        if self.measured is not None:
+            jobs = with_measured(jobs, load_measured(self.measured))
+            measured_overheads = Path(self.measured) / "overheads.json"
+            if self.overhead is None and measured_overheads.exists():
+                overhead = f"profile:{measured_overheads}"
         return SimConfig(
             policy=self.policy,
             jobs=jobs,
             cluster=load_cluster(self.cluster, self.gpus_per_server),
             trace_name=trace.name,
-            overhead=self.overhead or trace.default_overhead,
+            overhead=overhead,
             round_s=self.round_s,
             free_at_once=self.free_at_once,
             placement=self.placement,
@@ -82,6 +97,7 @@ class RunSpec:
             seed=self.seed,
             profile=trace.profile,
             stop_after=None if self.stop_after is None else frozenset(self.stop_after),
+            tenants=None if self.tenants is None else load_tenants(self.tenants),
         )
 
 

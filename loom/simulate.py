@@ -10,11 +10,14 @@ import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import policies
+from loom.eventlog import EventLogWriter, RunInfo
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
+from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.injector.core import InjectorCore
 from services.metrics.core import JobOutcome, MetricsCore
@@ -24,8 +27,10 @@ from services.placer.binding import PlacerCore
 from services.runtime.bus import Bus, MemoryBus
 from services.runtime.clock import VirtualClock
 from services.runtime.kernel import SimKernel
+from services.runtime.recorder import RecordingBus
 from services.runtime.service import Core, Shell
 from services.scheduler.core import Replan, SchedulerConfig, SchedulerCore
+from services.scheduler.liveness import LivenessConfig, RetryPolicy
 
 BusKind = Literal["memory", "nats"]
 DEFAULT_SLOT_S = 60.0  # ElasticFlow's scheduling slot in its Fig. 8 runs
@@ -47,6 +52,8 @@ class SimConfig:
     free_at_once: bool = False  # rounds: re-plan when a job finishes (see SchedulerConfig)
     # Stop once these jobs have all finished (Gavel's jobs_to_complete); None: run everything.
     stop_after: frozenset[str] | None = None
+    log: Path | None = None  # write the run's event log here (see loom.eventlog)
+    tenants: TenantsConfig | None = None  # quotas and fair share; None: no limits
 
 
 @dataclass
@@ -60,8 +67,9 @@ ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 
 def make_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | None = None,
                    overhead: str = "none", placement: str | None = None, seed: int = 0,
-                   profile: ThroughputTable | None = None, free_at_once: bool = False
-                   ) -> SchedulerCore:
+                   profile: ThroughputTable | None = None, free_at_once: bool = False,
+                   liveness: LivenessConfig | None = None, retry: RetryPolicy | None = None,
+                   tenants: TenantsConfig | None = None) -> SchedulerCore:
     """The scheduler core with its policy configured, as simulations and live runs use it."""
     policy = policies.make(policy_name)
     # --round-s sets a slotted policy's slot; it makes any other policy round-based.
@@ -74,7 +82,9 @@ def make_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | N
     policy.configure(seed=seed, round_s=period, profile=profile)
     config = SchedulerConfig(replan=replan, round_s=period, overhead=parse_overhead(overhead),
                              placement=placement,  # type: ignore[arg-type]
-                             profile=profile, free_at_once=free_at_once, seed=seed)
+                             profile=profile, free_at_once=free_at_once, seed=seed,
+                             liveness=liveness or LivenessConfig(), retry=retry or RetryPolicy(),
+                             tenants=tenants)
     return SchedulerCore(cluster, policy, config)
 
 
@@ -82,18 +92,23 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
     t0 = time.perf_counter()
     scheduler = make_scheduler(cfg.policy, cfg.cluster, round_s=cfg.round_s,
                                overhead=cfg.overhead, placement=cfg.placement, seed=cfg.seed,
-                               profile=cfg.profile, free_at_once=cfg.free_at_once)
+                               profile=cfg.profile, free_at_once=cfg.free_at_once,
+                               tenants=cfg.tenants)
     overhead, replan = scheduler.config.overhead, scheduler.config.replan
 
     kernel = SimKernel()
     clock = VirtualClock(kernel)
+    writer = None if cfg.log is None else EventLogWriter(cfg.log, "sim", run_info(cfg))
     bus = await _make_bus(cfg, kernel)
+    if writer is not None:
+        bus = RecordingBus(bus, writer, clock.now)
     metrics = MetricsCore(cfg.cluster.total_gpus)
     cores: list[Core] = [metrics, scheduler, PlacerCore(cfg.cluster)]
     cores += [SimNodeCore(node, overhead, cfg.profile) for node in cfg.cluster.nodes]
     injector = InjectorCore(cfg.jobs)
     cores.append(injector)  # last: everything it feeds is subscribed by then
     shells = [Shell(core, bus, clock, run_id=f"sim{cfg.seed}") for core in cores]
+    ran = False
     try:
         for shell in shells:
             await shell.start()
@@ -112,8 +127,11 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
 
         await kernel.run(progress=tick if progress else None, stop=stop)
         tick()
+        ran = True
     finally:
         await bus.close()
+        if writer is not None:
+            writer.close(metrics.digest, complete=ran)
 
     wall = time.perf_counter() - t0
     summary: dict[str, object] = {
@@ -138,6 +156,19 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     })
     return SimResult(summary=summary, jobs=list(metrics.jobs.values()))
+
+
+def run_info(cfg: SimConfig) -> RunInfo:
+    """What an event log's header keeps of this run, for `loom replay`."""
+    profile = None
+    if cfg.profile is not None:
+        root = Path(__file__).resolve().parents[1]
+        path = cfg.profile.path.resolve()
+        profile = str(path.relative_to(root) if path.is_relative_to(root) else path)
+    return RunInfo(policy=cfg.policy, cluster=cfg.cluster.model_dump(mode="json"),
+                   seed=cfg.seed, overhead=cfg.overhead, round_s=cfg.round_s,
+                   placement=cfg.placement, free_at_once=cfg.free_at_once,
+                   throughputs=profile, trace=cfg.trace_name, run_id=f"sim{cfg.seed}")
 
 
 async def _make_bus(cfg: SimConfig, kernel: SimKernel) -> Bus:

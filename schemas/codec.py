@@ -1,17 +1,47 @@
-"""Wire format: msgpack envelopes; the submit subject also takes JSON from people."""
+"""Wire format: msgpack envelopes; the submit subject also takes JSON from people.
+
+Everything here treats the payload as hostile: its size is checked before it is parsed, its
+nesting before it is validated, and each subject accepts only the event types its producers
+send (`check_subject`), so a well-formed operator command sent to the submit subject, or a
+job-finished event sent as a node status, is refused rather than acted on.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import msgpack
 from pydantic import ValidationError
 
+from schemas import subjects
 from schemas.events import EVENT_TYPES, Envelope, validate_envelope
 from schemas.job import SubmitJob
 
 SUBMIT_TYPE = "loom.job.submit.v1"
+# A submission is a job, small even with a Pollux goodput profile (the largest bundled one
+# encodes to 13 KB); internal events carry whole plans, so they get the server's max_payload.
+MAX_SUBMISSION_BYTES = 64 * 1024
+MAX_EVENT_BYTES = 1024 * 1024
+# Containers inside containers: a plan's launch's spec's goodput table is 8 deep.
+MAX_DEPTH = 12
+
+# What each subject carries; a subject not listed here (a test's own) takes any event type.
+SUBJECT_TYPES: dict[str, frozenset[str]] = {
+    subjects.JOB_SUBMIT: frozenset({SUBMIT_TYPE}),
+    subjects.JOB_TRANSITION: frozenset({"loom.job.transition.v1"}),
+    subjects.JOB_FINISHED: frozenset({"loom.job.finished.v1"}),
+    subjects.JOB_PROGRESS: frozenset({"loom.job.progress.v1"}),
+    subjects.CYCLE_STARTED: frozenset({"loom.cycle.started.v1"}),
+    subjects.PLAN_DECIDED: frozenset({"loom.plan.decided.v1"}),
+    subjects.OPERATOR: frozenset({"loom.ops.command.v1"}),
+    subjects.NODE_STATUS: frozenset({"loom.node.status.v1"}),
+    subjects.NODE_INFO: frozenset({"loom.node.info.v1"}),
+    subjects.NODE_HEARTBEAT: frozenset({"loom.node.heartbeat.v1"}),
+    subjects.NODE_COMMAND_ALL: frozenset({"loom.node.command.v1"}),
+    f"{subjects.DEADLETTER_PREFIX}.>": frozenset({"loom.deadletter.v1"}),
+}
 
 
 class CodecError(ValueError):
@@ -22,14 +52,52 @@ def encode(env: Envelope) -> bytes:
     return msgpack.packb(env.to_dict(), use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def decode(payload: bytes) -> Envelope:
+def decode(payload: bytes, *, max_bytes: int = MAX_EVENT_BYTES) -> Envelope:
+    _check_size(payload, max_bytes)
     try:
         # Non-string keys are allowed: an elastic job's scaling profile is keyed by GPU count.
         # Whatever comes out is validated field by field below.
         data = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types
-        raise CodecError(f"not msgpack: {exc}") from exc
+        raise CodecError(f"not msgpack: {type(exc).__name__}: {exc}"[:300]) from exc
     return _validate(data)
+
+
+def check_subject(subject: str, event_type: str) -> None:
+    """Refuse an event type the subject does not carry (CodecError naming both)."""
+    for pattern, allowed in SUBJECT_TYPES.items():
+        if subjects.matches(pattern, subject):
+            if event_type not in allowed:
+                raise CodecError(f"event type {event_type!r} is not accepted on {subject} "
+                                 f"(expected {', '.join(sorted(allowed))})")
+            return
+
+
+def _check_size(payload: bytes, max_bytes: int) -> None:
+    if len(payload) > max_bytes:
+        raise CodecError(f"payload of {len(payload)} bytes exceeds the limit of {max_bytes}")
+    if not payload:
+        raise CodecError("empty payload")
+
+
+def _reject_constant(name: str) -> float:
+    raise CodecError(f"invalid JSON: {name} is not a number Loom accepts")
+
+
+def _check_depth(data: Any) -> None:
+    """Iteratively, so a hostile payload cannot exhaust the interpreter's stack."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise CodecError(f"nested deeper than {MAX_DEPTH} levels")
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
 
 
 def decode_submission(payload: bytes, *, fallback_id: str, now: float, producer: str) -> Envelope:
@@ -37,12 +105,17 @@ def decode_submission(payload: bytes, *, fallback_id: str, now: float, producer:
 
     A bare job (what `nats pub loom.jobs.submit '{"model": ...}'` sends) is wrapped in an
     envelope whose id is `fallback_id` (the Nats-Msg-Id header or the stream sequence).
+    Anything larger than MAX_SUBMISSION_BYTES is refused unread, and an envelope must be a
+    submission: no other event type enters through the subject users may publish to.
     """
+    _check_size(payload, MAX_SUBMISSION_BYTES)
     text = payload.lstrip()
     if not text.startswith(b"{"):
-        return decode(payload)
+        env = decode(payload, max_bytes=MAX_SUBMISSION_BYTES)
+        check_subject(subjects.JOB_SUBMIT, env.type)
+        return env
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise CodecError(f"invalid JSON at {where}: {exc.msg}") from exc
@@ -50,10 +123,17 @@ def decode_submission(payload: bytes, *, fallback_id: str, now: float, producer:
         raise CodecError(f"invalid JSON: not UTF-8 at byte {exc.start}") from exc
     except RecursionError as exc:
         raise CodecError("invalid JSON: nested too deeply") from exc
+    except CodecError:
+        raise
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise CodecError(f"invalid JSON: {exc}"[:300]) from exc
     if not isinstance(data, dict):
         raise CodecError("a submission must be a JSON object")
     if "type" in data and "body" in data:
-        return _validate(data)
+        env = _validate(data)
+        check_subject(subjects.JOB_SUBMIT, env.type)
+        return env
+    _check_depth(data)
     try:
         body = SubmitJob.model_validate(data)
     except ValidationError as exc:
@@ -67,16 +147,22 @@ def _validate(data: Any) -> Envelope:
     etype = data.get("type")
     if not isinstance(etype, str) or etype not in EVENT_TYPES:
         raise CodecError(f"unknown event type {etype!r:.80}")
+    _check_depth(data)
     try:
-        return validate_envelope(data)
+        env = validate_envelope(data)
     except ValidationError as exc:
         raise CodecError(f"invalid {etype}: {_explain(exc)}") from exc
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CodecError(f"invalid {etype}: {exc}"[:300]) from exc
+    if not math.isfinite(env.occurred_at):
+        raise CodecError(f"invalid {etype}: occurred_at must be finite")
+    return env
 
 
 def _explain(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        loc = ".".join(str(p)[:40] for p in err["loc"]) or "(root)"  # keys are user input
         parts.append(f"{loc}: {err['msg']}")
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

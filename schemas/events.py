@@ -80,6 +80,8 @@ class PlanDecided(_Body):
     stops: tuple[Stop, ...] = ()
     running: int = 0
     busy_gpus: int = 0
+    # The leader's election term (0 without election): the placer refuses older terms.
+    term: int = Field(default=0, ge=0)
 
 
 class NodeCommand(_Body):
@@ -89,12 +91,17 @@ class NodeCommand(_Body):
     cycle: int
     launches: tuple[Launch, ...] = ()
     stops: tuple[Stop, ...] = ()
+    term: int = Field(default=0, ge=0)  # the plan's term: node agents drop older ones
 
 
 class JobFinished(_Body):
+    """A job's run ended on its leader node: completed, or (with `failure`) its trainer failed
+    on its own; either way its GPUs are free again."""
+
     job_id: str
     node_id: str
     iterations_done: float
+    failure: str | None = None  # why the trainer failed (it exited non-zero, not stopped)
 
 
 class OperatorCommand(_Body):
@@ -151,7 +158,8 @@ class NodeHeartbeat(_Body):
 
     node_id: str
     gpus: tuple[GpuSample, ...] = ()
-    jobs: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()  # what it runs (or is still stopping): the scheduler reconciles
+    interval_s: float = Field(default=0.0, ge=0)  # until the next one; 0: not announced
 
 
 class TrainerReport(_Body):

@@ -1,0 +1,1 @@
+"""Replay of event logs (`loom replay`, `loom log export`); see docs/replay.md."""
