@@ -19,6 +19,7 @@ slots, which its simulator counts from the last event handled), chosen per run.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -27,6 +28,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 import policies
+from policies.admission import TenantGate, submit_refusal
 from policies.base import JobView, Plan, Policy, Snapshot
 from schemas import subjects
 from schemas.cluster import ClusterSpec
@@ -37,6 +39,8 @@ from schemas.events import (
     JobFinished,
     JobTransition,
     Launch,
+    NodeCommand,
+    NodeHeartbeat,
     NodeInfo,
     NodeStatus,
     OperatorCommand,
@@ -46,6 +50,7 @@ from schemas.events import (
 )
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
+from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.overhead import (
     OverheadModel,
@@ -68,6 +73,16 @@ from services.runtime.effects import (
 )
 from services.runtime.service import CoreDefaults, Subscribe
 from services.scheduler.lifecycle import Transition, check
+from services.scheduler.liveness import (
+    LivenessConfig,
+    NodeFaults,
+    RetryPolicy,
+    failed_cause,
+    lost_key,
+    requeue_cause,
+    retry_cause,
+    retry_key,
+)
 
 Replan = Literal["event", "round", "slot"]
 NAME = "scheduler"
@@ -84,6 +99,10 @@ class SchedulerConfig:
     # (Gavel's simulator leaves them idle).
     free_at_once: bool = False
     seed: int = 0  # for policies set at run time (`loom set-policy`)
+    liveness: LivenessConfig = field(default_factory=LivenessConfig)  # lost nodes
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # failed trainers
+    # Quotas and fair share in front of the policy (policies.admission); None: no limits.
+    tenants: TenantsConfig | None = None
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round", "slot"):
@@ -100,6 +119,8 @@ class JobRecord:
     admitted: int = 0  # admission order: ties between jobs resolve in this order
     state: JobState | None = None
     iterations_done: float = 0.0
+    reported: float = 0.0  # progress at launch or as a node last reported it (a lost node's
+    # jobs restart from here)
     remaining: float = 0.0  # estimated iterations left while running
     progress_at: float = 0.0  # the estimate is as of this time
     ready_at: float = 0.0  # a restart's overhead ends here
@@ -145,8 +166,12 @@ class SchedulerCore(CoreDefaults):
         self._last_cycle_at: float | None = None
         self._trigger = "start"
         self.last_plan: Plan | None = None
+        self.tenancy: TenantGate | None = None  # the last cycle's admission step, with tenants
+        self._waiting_by_tenant: Counter[str] = Counter()  # queued or preempted jobs
         self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
         self.drained: set[str] = set()  # nodes that take no new work
+        self.faults = NodeFaults(config.liveness, config.retry)  # lost nodes, failed trainers
+        self.term = 0  # the leader's election term, stamped on every plan (fencing)
         # Policies that co-adapt batch sizes (Pollux) let goodput-profiled jobs choose theirs.
         self._adaptive_batch = policy.adapts_batch_size
 
@@ -158,6 +183,7 @@ class SchedulerCore(CoreDefaults):
             Subscribe(subjects.NODE_STATUS),
             Subscribe(subjects.OPERATOR),
             Subscribe(subjects.NODE_INFO),
+            Subscribe(subjects.NODE_HEARTBEAT),
         )
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
@@ -169,6 +195,8 @@ class SchedulerCore(CoreDefaults):
         if isinstance(body, NodeStatus):
             self._on_status(body)
             return []
+        if isinstance(body, NodeHeartbeat):
+            return self._on_heartbeat(body, now)
         if isinstance(body, OperatorCommand):
             return self._on_operator(body, now)
         if isinstance(body, NodeInfo):
@@ -176,7 +204,8 @@ class SchedulerCore(CoreDefaults):
             self.topology.learn_links(body.node_id, [
                 (index[x.a], index[x.b]) for x in body.links
                 if x.kind == "nvlink" and x.a in index and x.b in index])
-            return []
+            # An agent announces itself when it starts: what it ran before died with it.
+            return self._requeue_node(body.node_id, "restarted", now)
         raise TypeError(f"scheduler does not handle {env.type}")
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
@@ -185,6 +214,11 @@ class SchedulerCore(CoreDefaults):
         if key == "wakeup":
             self._wakeup_armed = False
             return self._request_cycle(now, "wakeup")
+        if isinstance(key, tuple) and len(key) == 2:
+            if key == lost_key(key[1]):
+                return self._on_lost(key[1], now)
+            if key == retry_key(key[1]):
+                return self._on_retry_due(key[1], now)
         raise KeyError(key)
 
     # -- queries -----------------------------------------------------------------------------
@@ -194,13 +228,41 @@ class SchedulerCore(CoreDefaults):
         if job_id in self.held:
             return Status(code=StatusCode.SUSPENDED, reason="suspended by an operator",
                           decided_by="operator")
+        if job_id in self.faults.backoff:
+            return Status(code=StatusCode.WAITING_BY_POLICY, reason=(
+                f"trainer failed {self.faults.failures[job_id]} time(s); retrying at "
+                f"{self.faults.backoff[job_id]:g}"), decided_by="retry")
         if rec.state is not None and rec.state.waiting:
-            return self.policy.waiting_status(job_id)
+            waiting = self.policy.waiting_status(job_id)
+            held = None if self.tenancy is None else self.tenancy.status_for(job_id, rec.spec)
+            if held is not None:
+                return held.model_copy(update={"queue_position": waiting.queue_position})
+            return waiting
         if rec.state is JobState.RUNNING:  # derived on demand: cheaper than one per launch
             return Status(code=StatusCode.RUNNING, reason=rec.history[-1].cause,
                           decided_by=self.policy.name)
         assert rec.status is not None
         return rec.status
+
+    def adopt(self, launched: dict[str, tuple[float, tuple[str, ...]]], now: float
+              ) -> list[Effect]:
+        """Take over `self.jobs` as rebuilt from the stream (`services.scheduler.recovery`):
+        running jobs resume their estimates from when they launched (`launched`: job →
+        (time, co-located group)), every active job not suspended goes to the policy in
+        admission order, and a cycle is requested."""
+        for jid, rec in sorted(self.jobs.items(), key=lambda kv: kv[1].admitted):
+            if rec.state is None or rec.state.terminal:
+                continue
+            if rec.state is JobState.RUNNING:
+                at, group = launched.get(jid, (now, ()))
+                self._running[jid] = rec
+                self.estimate_launch(rec, rec.placement, group, at)
+            if jid not in self.held:
+                view = self._views[jid] = rec.view()
+                self.policy.job_added(view)
+                if rec.state is JobState.RUNNING:
+                    self.policy.job_running(view)
+        return self._request_cycle(now, "recovered")
 
     @property
     def active(self) -> int:
@@ -225,6 +287,11 @@ class SchedulerCore(CoreDefaults):
         refusal = self.policy.admit(spec)
         if refusal is not None:
             return self._reject(job_id, spec, StatusCode.REJECTED_BY_POLICY, refusal, now)
+        if self.config.tenants is not None:
+            waiting = self._waiting_by_tenant[spec.tenant]
+            refusal = submit_refusal(self.config.tenants, spec, waiting)
+            if refusal is not None:
+                return self._reject(job_id, spec, StatusCode.REJECTED_BY_QUOTA, refusal, now)
         rec = JobRecord(spec=spec, admitted=len(self.jobs), accounted_at=now)
         self.jobs[job_id] = rec
         effects: list[Effect] = [
@@ -252,7 +319,15 @@ class SchedulerCore(CoreDefaults):
     def _on_finished(self, msg: JobFinished, now: float) -> list[Effect]:
         rec = self._running.get(msg.job_id)
         if rec is None:
-            return []  # stale or duplicate report
+            return self._finished_while_requeued(msg, now)
+        cause = "completed"
+        if rec.placement[0][0] != msg.node_id:
+            # A run the job has since left (its stop still on the way) may have done all the
+            # work: the job is done, as the placer takes it (it stops the run the job has
+            # now). A partial or failed report from there is stale.
+            if not _all_work_done(rec, msg):
+                return []
+            cause = f"completed on {msg.node_id}, a node it had left"
         rec.iterations_done = msg.iterations_done
         rec.attained_s += now - rec.accounted_at
         rec.accounted_at = now
@@ -260,16 +335,36 @@ class SchedulerCore(CoreDefaults):
         del self._running[msg.job_id]
         del self._views[msg.job_id]
         self.policy.job_removed(msg.job_id)
+        if msg.failure is not None:
+            return self._on_trainer_failed(rec, msg, now)
         rec.status = Status(code=StatusCode.FINISHED, reason="completed", decided_by=msg.node_id)
-        effects: list[Effect] = [self._transition(rec, JobState.FINISHED, "completed", now)]
+        effects: list[Effect] = [self._transition(rec, JobState.FINISHED, cause, now)]
         return effects + self._request_cycle(now, "completion")
+
+    def _finished_while_requeued(self, msg: JobFinished, now: float) -> list[Effect]:
+        """A node taken for lost may yet complete the job before it hears of the requeue: a
+        report of all the work finishes the job (its agent would never start it again, and
+        elsewhere it would train twice). Anything else is stale or a duplicate."""
+        rec = self.jobs.get(msg.job_id)
+        if rec is None or rec.state is not JobState.PREEMPTED or not _all_work_done(rec, msg) \
+                or msg.job_id in self.faults.backoff:
+            return []
+        rec.iterations_done = msg.iterations_done
+        rec.ended_at = now
+        self._views.pop(msg.job_id, None)
+        self.policy.job_removed(msg.job_id)
+        rec.status = Status(code=StatusCode.FINISHED, reason="completed", decided_by=msg.node_id)
+        return [self._transition(rec, JobState.FINISHED, "completed while requeued", now),
+                *self._request_cycle(now, "completion")]
 
     def _on_status(self, msg: NodeStatus) -> None:
         """A node's report is the truth; it replaces the estimate."""
+        if msg.node_id in self.faults.lost:
+            return  # its jobs have been requeued; what it says of them is stale
         for job_id, done in msg.progress.items():
             rec = self.jobs.get(job_id)
             if rec is not None and rec.state is not None and not rec.state.terminal:
-                rec.iterations_done = done
+                rec.iterations_done = rec.reported = done
                 rec.remaining = rec.spec.iterations - done
 
     # -- operators ---------------------------------------------------------------------------
@@ -300,7 +395,10 @@ class SchedulerCore(CoreDefaults):
         if jid in self.held and cmd.command == "suspend":
             return []
         effects = self._take_off(rec, cmd.command, now)
-        if jid not in self.held:
+        if jid in self.faults.backoff:  # out of sight already; the operator decides now
+            del self.faults.backoff[jid]
+            effects.append(CancelTimer(retry_key(jid)))
+        elif jid not in self.held:
             del self._views[jid]
             self.policy.job_removed(jid)
         if cmd.command == "suspend":
@@ -322,13 +420,103 @@ class SchedulerCore(CoreDefaults):
         rec.placement, rec.group = (), ()
         effects: list[Effect] = [Publish(subjects.PLAN_DECIDED, PlanDecided(
             cycle=self.cycle, stops=(Stop(job_id=jid, reason=why),),
-            running=len(self._running)))]
+            running=len(self._running), term=self.term))]
         if why == "suspend":
             rec.preemptions += 1
             effects.append(self._transition(rec, JobState.PREEMPTED, "suspended", now))
         return effects
 
+    # -- node faults (see services/scheduler/liveness.py) ---------------------------------------
+    def _on_heartbeat(self, hb: NodeHeartbeat, now: float) -> list[Effect]:
+        node = hb.node_id
+        if node not in self.topology.index:
+            raise ValueError(f"heartbeat from node {node!r}, which is not in the cluster")
+        deadline, returned = self.faults.beat(node, hb.interval_s, now)
+        effects: list[Effect] = [SetTimer(lost_key(node), deadline, PRIORITY_INPUT)]
+        # Reconcile: stop whatever the node runs that is no longer placed there.
+        stale = [jid for jid in hb.jobs if not self._runs_on(jid, node)]
+        if stale:
+            effects.append(Publish(subjects.node_command(node), NodeCommand(
+                node_id=node, cycle=-1, stops=tuple(
+                    Stop(job_id=jid, reason="reconcile: not placed here") for jid in stale))))
+        if returned:
+            effects += self._request_cycle(now, "node-returned")
+        return effects
+
+    def _runs_on(self, job_id: str, node: str) -> bool:
+        rec = self._running.get(job_id)
+        return rec is not None and any(n == node for n, _ in rec.placement)
+
+    def _on_lost(self, node: str, now: float) -> list[Effect]:
+        self.faults.lost.add(node)
+        return self._requeue_node(node, "lost", now)
+
+    def _requeue_node(self, node: str, why: str, now: float) -> list[Effect]:
+        """Take every job off `node` (lost, or its agent restarted): each goes back to the
+        queue from the progress last reported, and its other nodes stop their ranks."""
+        hit = [rec for rec in sorted(self._running.values(), key=_admission_order)
+               if any(n == node for n, _ in rec.placement)]
+        if not hit:
+            return []
+        stops: list[Stop] = []
+        transitions: list[Effect] = []
+        for rec in hit:
+            jid = rec.spec.job_id
+            del self._running[jid]
+            rec.attained_s += now - rec.accounted_at
+            rec.accounted_at = now
+            rec.iterations_done = rec.reported  # its last checkpoint, as far as we know
+            rec.remaining = rec.spec.iterations - rec.reported
+            rec.placement, rec.group = (), ()
+            rec.preemptions += 1
+            stops.append(Stop(job_id=jid, reason=f"node {node} {why}"))
+            transitions.append(self._transition(rec, JobState.PREEMPTED,
+                                                requeue_cause(node, why), now))
+            # Preempted between cycles: the policy keeps what it knows of the job (its queue,
+            # its admission) and sees it wait again.
+            view = self._views[jid] = rec.view()
+            self.policy.job_requeued(view)
+        plan = Publish(subjects.PLAN_DECIDED, PlanDecided(
+            cycle=self.cycle, stops=tuple(stops), running=len(self._running)))
+        return [plan, *transitions, *self._request_cycle(now, f"node-{why}")]
+
+    def _on_trainer_failed(self, rec: JobRecord, msg: JobFinished, now: float) -> list[Effect]:
+        """The job's trainer failed on its own (already off the running set and the policy's
+        sight): back off and retry, or fail the job once it is out of attempts."""
+        jid = rec.spec.job_id
+        failure = str(msg.failure)
+        rec.placement, rec.group = (), ()
+        rec.reported = msg.iterations_done
+        at = self.faults.fail(jid, now)
+        n = self.faults.failures[jid]
+        effects: list[Effect]
+        if at is None:
+            rec.ended_at = now
+            reason = f"trainer failed {n} time(s), last on {msg.node_id}: {failure}"
+            rec.status = Status(code=StatusCode.FAILED, reason=reason, decided_by="retry")
+            effects = [self._transition(rec, JobState.FAILED, failed_cause(failure), now)]
+        else:
+            rec.ended_at = None
+            cause = retry_cause(msg.node_id, failure, n,
+                                self.faults.retry.max_attempts - 1, at)
+            effects = [self._transition(rec, JobState.PREEMPTED, cause, now),
+                       SetTimer(retry_key(jid), at, PRIORITY_INPUT)]
+        return effects + self._request_cycle(now, "completion")
+
+    def _on_retry_due(self, job_id: str, now: float) -> list[Effect]:
+        if self.faults.backoff.pop(job_id, None) is None:
+            return []  # cancelled or suspended meanwhile
+        rec = self.jobs[job_id]
+        view = self._views[job_id] = rec.view()
+        self.policy.job_added(view)
+        return self._request_cycle(now, "retry")
+
     def _set_policy(self, name: str, now: float) -> list[Effect]:
+        self.switch_policy(name)
+        return self._request_cycle(now, "policy")
+
+    def switch_policy(self, name: str) -> None:
+        """Hand every active job to a new policy (`set-policy`, or a rebuild that saw one)."""
         policy = policies.make(name)
         policy.configure(seed=self.config.seed, round_s=self.config.round_s,
                          profile=self.config.profile)
@@ -336,7 +524,10 @@ class SchedulerCore(CoreDefaults):
             policy.job_added(view)
         self.policy = policy
         self._adaptive_batch = policy.adapts_batch_size
-        return self._request_cycle(now, "policy")
+
+    def record(self, rec: JobRecord, state: JobState, cause: str, now: float) -> Publish:
+        """Record a transition decided outside a cycle (a rebuild's repair of its table)."""
+        return self._transition(rec, state, cause, now)
 
     # -- cycles ------------------------------------------------------------------------------
     def _request_cycle(self, now: float, trigger: str) -> list[Effect]:
@@ -397,8 +588,14 @@ class SchedulerCore(CoreDefaults):
         )
         previous = {jid: rec.placement for jid, rec in self._running.items()}
         scheme = self.config.placement or self.policy.placement
-        fit = CyclePlacement(self.topology, scheme, previous, cordoned=self.drained)
-        plan = self.policy.plan(snap, fit)
+        # A lost node is cordoned like a drained one (its jobs have already been requeued).
+        cordoned = self.drained | self.faults.lost if self.faults.lost else self.drained
+        fit = CyclePlacement(self.topology, scheme, previous, cordoned=cordoned)
+        if self.config.tenants is not None:
+            self.tenancy = TenantGate(fit, snap, self.config.tenants)
+            plan = self.policy.plan(snap, self.tenancy)
+        else:
+            plan = self.policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)
 
@@ -439,7 +636,6 @@ class SchedulerCore(CoreDefaults):
             transitions.append(self._transition(rec, JobState.PREEMPTED, "preempted", now))
             view = rec.view()
             self._views[jid] = view
-        model = self.config.overhead
         for jid, slots in plan.run.items():
             rec = self.jobs[jid]
             group = plan.groups.get(jid, ())
@@ -454,19 +650,7 @@ class SchedulerCore(CoreDefaults):
                 if rec.started_at is None:
                     rec.started_at = now
                 self._running[jid] = rec
-            rec.placement, rec.group = slots, group
-            rec.accounted_at = now
-            # What the node agent will do with this launch (see module docstring).
-            rec.remaining = rec.spec.iterations - rec.iterations_done
-            rec.progress_at = now
-            size = gpu_count(slots)
-            rec.ready_at = now + model.restart(rec.spec, size)
-            members = [self.jobs[j].spec for j in group]
-            gpu_type = self.topology.type_of.get(slots[0][0])
-            rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model, gpu_type,
-                                                         self.config.profile, size)
-            rec.segments = progress_segments(rec.spec, slots, self._adaptive_batch,
-                                             rec.iterations_done)
+            self.estimate_launch(rec, slots, group, now)
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done, colocated=group,
                                    adaptive_batch=self._adaptive_batch))
@@ -478,7 +662,7 @@ class SchedulerCore(CoreDefaults):
                         for i in gpus})
             effects.append(Publish(subjects.PLAN_DECIDED, PlanDecided(
                 cycle=self.cycle, launches=tuple(launches), stops=tuple(stops),
-                running=len(self._running), busy_gpus=busy)))
+                running=len(self._running), busy_gpus=busy, term=self.term)))
         effects += transitions
         if self.config.replan != "round":
             # Always re-arm or clear: a stale wake-up would add a cycle the policy did not ask for.
@@ -490,10 +674,33 @@ class SchedulerCore(CoreDefaults):
             self._wakeup_armed = plan.wakeup_at is not None
         return effects
 
+    def estimate_launch(self, rec: JobRecord, slots: GpuSlots, group: tuple[str, ...],
+                        now: float) -> None:
+        """Start the progress estimate of a job launched at `now` as the node agent will run
+        it (see module docstring); also used when a recovering scheduler rebuilds its state."""
+        model = self.config.overhead
+        rec.placement, rec.group = slots, group
+        rec.accounted_at = now
+        rec.remaining = rec.spec.iterations - rec.iterations_done
+        rec.reported = rec.iterations_done
+        rec.progress_at = now
+        size = gpu_count(slots)
+        rec.ready_at = now + model.restart(rec.spec, size)
+        members = [self.jobs[j].spec for j in group if j in self.jobs]
+        gpu_type = self.topology.type_of.get(slots[0][0])
+        rec.iteration_s, rec.per_event_s = job_rates(rec.spec, members, model, gpu_type,
+                                                     self.config.profile, size)
+        rec.segments = progress_segments(rec.spec, slots, self._adaptive_batch,
+                                         rec.iterations_done)
+
     def _transition(
         self, rec: JobRecord, state: JobState, cause: str, now: float, *, with_spec: bool = False
     ) -> Publish:
         check(rec.state, state, rec.spec.job_id)
+        if rec.state is not None and rec.state.waiting:
+            self._waiting_by_tenant[rec.spec.tenant] -= 1
+        if state.waiting:
+            self._waiting_by_tenant[rec.spec.tenant] += 1
         rec.history.append(Transition(now, rec.state, state, cause))
         previous, rec.state = rec.state, state
         gpus = gpu_count(rec.placement) if state is JobState.RUNNING else 0
@@ -503,3 +710,9 @@ class SchedulerCore(CoreDefaults):
             iterations_done=rec.iterations_done,
             status=rec.status if state.terminal else None,
             spec=rec.spec if with_spec else None))
+
+
+def _all_work_done(rec: JobRecord, msg: JobFinished) -> bool:
+    """A report of the job's whole work, without failure: the job is done, whichever run
+    (even one it has left) sent it."""
+    return msg.failure is None and msg.iterations_done >= rec.spec.iterations

@@ -17,11 +17,12 @@ TRANSITIONS: frozenset[tuple[JobState | None, JobState]] = frozenset(
         (Q, J),  # declined after admission (e.g. a deadline became infeasible)
         (Q, X),  # cancelled / failed before starting
         (R, R),  # migrated or resized
-        (R, P),  # preempted
+        (R, P),  # preempted; requeued off a lost node; a failed trainer's backoff (retry)
         (R, F),  # finished
-        (R, X),  # failed
+        (R, X),  # failed: cancelled, or its trainer failed once too often
         (P, R),  # resumed
-        (P, X),  # cancelled / failed while preempted
+        (P, F),  # its node, taken for lost, completed it before the requeue reached it
+        (P, X),  # cancelled while waiting (also during a retry's backoff)
     }
 )
 

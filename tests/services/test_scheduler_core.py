@@ -167,7 +167,7 @@ def test_tiresias_wakeup_is_armed_and_cleared() -> None:
 def test_subscriptions_cover_what_the_scheduler_consumes() -> None:
     subs = {s.subject for s in _core().subscriptions()}
     assert subs == {subjects.JOB_SUBMIT, subjects.JOB_FINISHED, subjects.NODE_STATUS,
-                    subjects.OPERATOR, subjects.NODE_INFO}
+                    subjects.OPERATOR, subjects.NODE_INFO, subjects.NODE_HEARTBEAT}
 
 
 def test_policies_see_running_jobs_in_admission_order_not_start_order() -> None:
