@@ -21,6 +21,7 @@ the previous run has just written.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +41,11 @@ from schemas.events import (
     NodeStatus,
     TrainerReport,
 )
+from schemas.job import JobSpec
+from services.nodeagent.gate import CommandGate
 from services.runtime.effects import PRIORITY_INPUT, Effect, LocalEffect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
-from services.trainer import protocol
+from services.trainer import protocol, textprogress
 from services.trainer.catalog import FAMILIES, for_trace_model
 from services.trainer.config import TrainerConfig
 
@@ -61,6 +64,8 @@ class Spawn(LocalEffect):
     gpu_uuids: tuple[str, ...]
     checkpoint_dir: str
     mps_percentage: int | None = None  # co-located jobs share the GPUs' SMs through MPS
+    env: tuple[tuple[str, str], ...] = ()  # a command job's rank environment and extras
+    cwd: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,8 @@ class TrainerSettings:
     threads: int = 1
     log_level: Literal["debug", "info", "warning", "error"] = "warning"  # trainers' stderr
     heartbeat_s: float = 5.0
+    # Periodic checkpoints (0: only when stopped): what a job lost with its node restarts from.
+    checkpoint_every: int = 0
     mps_dir: Path = Path("/run/loom/mps")  # the MPS daemon's pipe and log directories
 
 
@@ -105,6 +112,8 @@ class _Job:
     finished: bool = False
     failure: str | None = None
     relaunch: tuple[Launch, int] | None = None  # (launch, cycle) waiting for this run to exit
+    printed: re.Pattern[str] | None = None  # a command job's progress regex (None: default)
+    reported: bool = False  # rank 0 reported an iteration (a protocol record or a printed line)
 
 
 def local_ranks(node_id: str, launch: Launch) -> tuple[dict[int, int], int]:
@@ -153,6 +162,7 @@ class TrainerNodeCore(CoreDefaults):
         self.addresses = dict(addresses or {})
         self.inventory = inventory
         self.jobs: dict[str, _Job] = {}
+        self.gate = CommandGate()
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.node_command(self.node.node_id)),
@@ -163,7 +173,8 @@ class TrainerNodeCore(CoreDefaults):
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
         if isinstance(body, NodeCommand):
-            return self._on_command(body)
+            cmd = self.gate.admit(body)
+            return [] if cmd is None else self._on_command(cmd)
         if isinstance(body, CycleStarted):
             return self._report(body.cycle)
         if isinstance(body, NodeInfo):
@@ -185,9 +196,12 @@ class TrainerNodeCore(CoreDefaults):
                                        PRIORITY_INPUT)]
 
     def on_telemetry(self, samples: Sequence[GpuSample]) -> list[Effect]:
-        """The heartbeat: alive, with its GPUs' telemetry and the jobs it runs."""
+        """The heartbeat: alive, with its GPUs' telemetry and the jobs it runs (not those it is
+        stopping already), so the scheduler can stop any it no longer owns (reconcile)."""
+        running = sorted(jid for jid, job in self.jobs.items() if not job.stopping)
         return [Publish(subjects.NODE_HEARTBEAT, NodeHeartbeat(
-            node_id=self.node.node_id, gpus=tuple(samples), jobs=tuple(sorted(self.jobs))))]
+            node_id=self.node.node_id, gpus=tuple(samples), jobs=tuple(running),
+            interval_s=self.settings.heartbeat_s))]
 
     def _on_command(self, cmd: NodeCommand) -> list[Effect]:
         effects: list[Effect] = []
@@ -197,7 +211,8 @@ class TrainerNodeCore(CoreDefaults):
                 job.stopping, job.stop_cycle = True, cmd.cycle
                 effects += [Kill(stop.job_id, r, self.settings.grace_s) for r in job.alive]
         for launch in cmd.launches:
-            family_of(launch.spec.model)  # refuse a job no trainer can run, before any spawn
+            if launch.spec.command is None:
+                family_of(launch.spec.model)  # refuse a job no trainer can run, before any spawn
             old = self.jobs.get(launch.job_id)
             if old is not None and old.alive:
                 old.relaunch = (launch, cmd.cycle)  # once the previous run has exited
@@ -215,10 +230,14 @@ class TrainerNodeCore(CoreDefaults):
         job = _Job(launch, {r: self.gpu_uuids[g] for r, g in ranks.items()}, leader,
                    alive=set(ranks), iteration=launch.iterations_done)
         self.jobs[spec.job_id] = job
-        effects: list[Effect] = []
         # Interleaved jobs (Muri) share their GPUs: each gets an equal share of the SMs.
         sharing = len(launch.colocated)
         mps = max(1, 100 // sharing) if sharing > 1 else None
+        if spec.command is not None:
+            job.printed = textprogress.compile_pattern(spec.progress_regex)
+            return [self._spawn_command(spec, rank, uuid, world, master, cycle, ckpt, mps)
+                    for rank, uuid in sorted(job.ranks.items())]
+        effects: list[Effect] = []
         for rank, uuid in sorted(job.ranks.items()):
             cfg = TrainerConfig(
                 job_id=spec.job_id, model=family_of(spec.model), iterations=spec.iterations,
@@ -227,11 +246,34 @@ class TrainerNodeCore(CoreDefaults):
                 master_port=rendezvous_port(spec.job_id, cycle),
                 device=self.settings.device,
                 fast_forward=self.settings.fast_forward,
+                checkpoint_every=self.settings.checkpoint_every,
                 report_every=self.settings.report_every, threads=self.settings.threads,
                 log_level=self.settings.log_level)
             argv = (self.settings.python, "-m", "services.trainer", *cfg.to_argv())
             effects.append(Spawn(spec.job_id, rank, argv, (uuid,), str(ckpt), mps))
         return effects
+
+    def _spawn_command(self, spec: JobSpec, rank: int, uuid: str, world: int, master: str,
+                       cycle: int, ckpt: Path, mps: int | None) -> Spawn:
+        """One rank of a job's own command, with torchrun's rank environment (so scripts that
+        read RANK/WORLD_SIZE/MASTER_* work unchanged) and `PET_*` (so a bare `torchrun` in the
+        command joins as a one-process node of the job); `LOOM_*` feed the trainer SDK."""
+        assert spec.command is not None
+        port = str(rendezvous_port(spec.job_id, cycle))
+        env = {
+            "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": master, "MASTER_PORT": port,
+            "PET_NNODES": str(world), "PET_NODE_RANK": str(rank), "PET_NPROC_PER_NODE": "1",
+            "PET_MASTER_ADDR": master, "PET_MASTER_PORT": port,
+            "LOOM_CHECKPOINT_DIR": str(ckpt), "LOOM_ITERATIONS": str(spec.iterations),
+            "LOOM_GRACE_S": repr(self.settings.grace_s),
+            "LOOM_REPORT_EVERY": str(self.settings.report_every),
+            **(spec.env or {}),
+        }
+        if spec.batch_size is not None:
+            env["LOOM_BATCH_SIZE"] = str(global_batch(spec.batch_size, world))
+        return Spawn(spec.job_id, rank, spec.command, (uuid,), str(ckpt), mps,
+                     env=tuple(sorted(env.items())), cwd=spec.cwd)
 
     def _report(self, cycle: int) -> list[Effect]:
         progress = {jid: job.iteration for jid, job in self.jobs.items()
@@ -264,25 +306,53 @@ class TrainerNodeCore(CoreDefaults):
         iteration = getattr(record, "iteration", None)
         if iteration is not None:
             job.iteration = float(iteration)
+            job.reported = True
         return [Publish(subjects.JOB_PROGRESS, TrainerReport(
             job_id=job_id, node_id=self.node.node_id, event=record.event,
             iteration=int(job.iteration), loss=loss, resumed=resumed, throughput=throughput))]
+
+    def on_output(self, job_id: str, rank: int, line: str) -> list[Effect]:
+        """A stdout line that is not a protocol record: a command job's printed progress?"""
+        job = self.jobs.get(job_id)
+        if job is None or rank != 0 or job.launch.spec.command is None:
+            return []
+        printed = textprogress.parse(line, job.printed)
+        if printed is None:
+            return []
+        job.iteration, job.reported = float(printed.iteration), True
+        return [Publish(subjects.JOB_PROGRESS, TrainerReport(
+            job_id=job_id, node_id=self.node.node_id, event="progress",
+            iteration=printed.iteration, loss=printed.loss))]
 
     def on_exit(self, job_id: str, rank: int, code: int) -> list[Effect]:
         job = self.jobs.get(job_id)
         if job is None:
             return []
         job.alive.discard(rank)
+        if (rank == 0 and code == 0 and not job.stopping and not job.finished
+                and job.failure is None and job.launch.spec.command is not None):
+            # A command exiting 0 by itself is done; if it never said how far it got, it did
+            # all of the job's iterations.
+            job.finished = True
+            if not job.reported:
+                job.iteration = float(job.launch.spec.iterations)
         if rank == 0 and code != 0 and not job.stopping and job.failure is None:
             job.failure = f"rank 0 exited with {code}"
         if job.alive:
             return []
         del self.jobs[job_id]
         effects: list[Effect] = []
+        if job.finished:
+            self.gate.finish(job_id)
         if job.leader:
             if job.finished:
                 effects.append(Publish(subjects.JOB_FINISHED, JobFinished(
                     job_id=job_id, node_id=self.node.node_id, iterations_done=job.iteration)))
+            elif job.failure is not None and not job.stopping:
+                # Failed on its own: the scheduler decides whether and when to retry it.
+                effects.append(Publish(subjects.JOB_FINISHED, JobFinished(
+                    job_id=job_id, node_id=self.node.node_id, iterations_done=job.iteration,
+                    failure=job.failure)))
             else:
                 # Stopped (or crashed): the checkpointed progress is what the next run resumes.
                 effects.append(Publish(subjects.NODE_STATUS, NodeStatus(

@@ -81,12 +81,12 @@ class NodeAgentShell(Shell):
         try:
             if eff.rank == 0:
                 self._locks[eff.job_id] = await _lock(Path(eff.checkpoint_dir), LOCK_WAIT_S)
-            env = {"LOOM_JOB_ID": eff.job_id}
+            env = {**dict(eff.env), "LOOM_JOB_ID": eff.job_id}
             if eff.mps_percentage is not None:
                 self.mps.start()  # idempotent: one daemon per node
                 env.update(self.mps.client_env(eff.mps_percentage))
-            await self.supervisor.launch(ProcessSpec(key, eff.argv, eff.gpu_uuids, env,
-                                                     self.cwd))
+            cwd = Path(eff.cwd) if eff.cwd is not None else self.cwd
+            await self.supervisor.launch(ProcessSpec(key, eff.argv, eff.gpu_uuids, env, cwd))
         except Exception as exc:  # the job cannot start here: the core learns it as an exit
             self._log("error", "spawn failed", job=eff.job_id, rank=eff.rank,
                       reason=f"{type(exc).__name__}: {exc}")
@@ -112,6 +112,7 @@ class NodeAgentShell(Shell):
             record = protocol.decode(line)
         except ValidationError:
             self._log("info", "trainer output", job=job_id, rank=rank, line=line[:500])
+            await self._feed(self.core.on_output(job_id, rank, line))
             return
         await self._feed(self.core.on_record(job_id, rank, record))
 

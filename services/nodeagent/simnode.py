@@ -28,6 +28,7 @@ from schemas.events import (
 )
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
+from services.nodeagent.gate import CommandGate
 from services.nodeagent.overhead import (
     OverheadModel,
     Segments,
@@ -80,6 +81,7 @@ class SimNodeCore(CoreDefaults):
         self.name = f"nodeagent-{node.node_id}"
         self.overhead = overhead
         self.jobs: dict[str, _Run] = {}
+        self.gate = CommandGate()  # re-delivered and deposed-leader commands change nothing
 
     def subscriptions(self) -> Sequence[Subscribe]:
         commands = Subscribe(subjects.node_command(self.node.node_id))
@@ -94,12 +96,14 @@ class SimNodeCore(CoreDefaults):
         if isinstance(body, CycleStarted):
             return self._on_cycle(now)
         if isinstance(body, NodeCommand):
-            return self._on_command(body, now)
+            cmd = self.gate.admit(body)
+            return [] if cmd is None else self._on_command(cmd, now)
         raise TypeError(f"node agent does not handle {env.type}")
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
         assert isinstance(key, tuple) and key[0] == "finish"
         run = self.jobs.pop(key[1])
+        self.gate.finish(key[1])
         return [Publish(subjects.JOB_FINISHED, JobFinished(
             job_id=run.spec.job_id, node_id=self.node.node_id,
             iterations_done=float(run.spec.iterations)))]

@@ -15,13 +15,26 @@ from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.events import Envelope, GpuSlots, JobFinished, Launch, NodeCommand, PlanDecided, Stop
 from services.runtime.effects import Effect, Publish
-from services.runtime.service import CoreDefaults, Subscribe
+from services.runtime.service import CoreDefaults, RetryLater, Subscribe
 
 Gpu = tuple[str, int]
 
 
+APPLIED_MEMORY = 4096  # plans remembered by event id, against re-deliveries
+COMPLETED_MEMORY = 65536  # jobs remembered as completed, against plans decided before it
+
+
 class DoubleBooking(RuntimeError):
     pass
+
+
+class HeldByAnother(DoubleBooking, RetryLater):
+    """A launch onto a GPU the placer still sees held: on a live cluster the holder's finish
+    may just not have reached the placer yet (its own consumer), so the plan is retried."""
+
+
+class StaleTerm(RuntimeError):
+    """A plan of a deposed scheduler leader (an older election term than one already seen)."""
 
 
 class PlacerCore(CoreDefaults):
@@ -33,6 +46,12 @@ class PlacerCore(CoreDefaults):
         self._order = [n.node_id for n in cluster.nodes]
         self._held: dict[str, dict[str, int]] = {n: {} for n in self._order}  # node → job → mask
         self.bound: dict[str, GpuSlots] = {}
+        self.term = 0  # the newest scheduler term seen: older plans are refused (fencing)
+        self._applied: dict[str, None] = {}  # event ids of the latest plans bound, in order
+        # Jobs whose trainer reported completion. A plan the scheduler made before that
+        # report may still launch one (plans and finishes reach the placer on separate
+        # consumers); its node would never run it again, so binding it would hold GPUs for ever.
+        self._completed: dict[str, None] = {}
 
     @property
     def owner(self) -> dict[Gpu, set[str]]:
@@ -51,7 +70,13 @@ class PlacerCore(CoreDefaults):
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
         if isinstance(body, PlanDecided):
-            return self._bind(body)
+            if env.event_id in self._applied:
+                return []  # re-delivered (an acknowledgement was lost): already bound
+            effects = self._bind(body)
+            self._applied[env.event_id] = None
+            if len(self._applied) > APPLIED_MEMORY:
+                del self._applied[next(iter(self._applied))]
+            return effects
         if isinstance(body, JobFinished):
             return self._finished(body)
         raise TypeError(f"placer does not handle {env.type}")
@@ -63,6 +88,13 @@ class PlacerCore(CoreDefaults):
         return slots
 
     def _bind(self, plan: PlanDecided) -> list[Effect]:
+        if plan.term < self.term:
+            raise StaleTerm(f"plan of cycle {plan.cycle} has term {plan.term}; "
+                            f"the leader's term is {self.term}")
+        self.term = plan.term
+        if any(x.job_id in self._completed for x in plan.launches):
+            plan = plan.model_copy(update={"launches": tuple(
+                x for x in plan.launches if x.job_id not in self._completed)})
         masks = self._validate(plan)  # all or nothing: a refused plan changes no state
         stops: dict[str, list[Stop]] = {}
         launches: dict[str, list[Launch]] = {}
@@ -74,7 +106,7 @@ class PlacerCore(CoreDefaults):
                 self._held[node][launch.job_id] = mask
                 launches.setdefault(node, []).append(launch)
             self.bound[launch.job_id] = launch.placement
-        return self._commands(plan.cycle, stops, launches)
+        return self._commands(plan.cycle, stops, launches, plan.term)
 
     def _validate(self, plan: PlanDecided) -> list[list[tuple[str, int]]]:
         """Check every launch; returns each launch's (node, GPU mask) list."""
@@ -105,7 +137,7 @@ class PlacerCore(CoreDefaults):
                     for holder, hmask in holders.items():
                         if hmask & mask and holder not in allowed and holder not in skip:
                             i = (hmask & mask & -(hmask & mask)).bit_length() - 1
-                            raise DoubleBooking(
+                            raise HeldByAnother(
                                 f"job {job}: GPU {node}:{i} is held by job {holder}")
                 claimed.setdefault(node, {})[job] = mask
                 per_node.append((node, mask))
@@ -113,19 +145,28 @@ class PlacerCore(CoreDefaults):
         return out
 
     def _finished(self, msg: JobFinished) -> list[Effect]:
+        bound = self.bound.get(msg.job_id, ())
+        if msg.failure is not None and bound and all(n != msg.node_id for n, _ in bound):
+            return []  # a failure of a run the job has left: the scheduler ignores it too
         slots = self._release(msg.job_id)
+        if msg.failure is None:  # completed (a failed one may be retried by a later plan)
+            self._completed[msg.job_id] = None
+            if len(self._completed) > COMPLETED_MEMORY:
+                del self._completed[next(iter(self._completed))]
         stop = Stop(job_id=msg.job_id, reason="finished")
         # The node that reported already stopped it; the other nodes of a gang must too.
         others = {node: [stop] for node, _ in slots if node != msg.node_id}
-        return self._commands(-1, others, {})
+        return self._commands(-1, others, {}, self.term)
 
     def _commands(
-        self, cycle: int, stops: dict[str, list[Stop]], launches: dict[str, list[Launch]]
+        self, cycle: int, stops: dict[str, list[Stop]], launches: dict[str, list[Launch]],
+        term: int,
     ) -> list[Effect]:
         out: list[Effect] = []
         for node in self._order:
             s, lch = stops.get(node), launches.get(node)
             if s or lch:
                 out.append(Publish(subjects.node_command(node), NodeCommand(
-                    node_id=node, cycle=cycle, stops=tuple(s or ()), launches=tuple(lch or ()))))
+                    node_id=node, cycle=cycle, stops=tuple(s or ()), launches=tuple(lch or ()),
+                    term=term)))
         return out

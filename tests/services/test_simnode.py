@@ -94,6 +94,7 @@ def test_finish_timer_reports_the_job_done() -> None:
         ("flat:30", 0.0, 30.0, 1.0),
         ("muri", 10.0, 0.0, 1.015),  # unknown model: Muri's 10 s default
         ("elasticflow", 2.0, (2 + 1) * 2.0 + 27.0, 1.0),  # log2(4) + 1 = 3 → 6 s + 27 s
+        ("elasticflow-baseline", 0.0, (2 + 1) * 2.0 + 2.0, 1.0),  # a start only: 6 s + 2 s
     ],
 )
 def test_overhead_models(text: str, per_event: float, restart: float, slowdown: float) -> None:

@@ -1,0 +1,50 @@
+"""Idempotent, fenced node commands (see `CommandGate`)."""
+
+from __future__ import annotations
+
+from schemas.events import NodeCommand
+
+
+class CommandGate:
+    """Makes node commands idempotent and fenced, across re-deliveries and restarts.
+
+    JetStream's `Nats-Msg-Id` window does not cover a consumer that restarts and gets its
+    unacknowledged commands again, nor a placer that re-binds a plan under a new event id.
+    So each launch is keyed by the plan that made it, (term, cycle): a launch no newer than
+    the job's latest one here is a duplicate, a job that finished here never starts again,
+    a stop older than the job's latest launch is stale (the placer's stops of a finished
+    gang, cycle -1, always apply), and a command of an older term (a
+    deposed scheduler's) is dropped whole. Pure: a restarted agent rebuilds it by feeding
+    the commands it had handled back through `admit`.
+    """
+
+    def __init__(self) -> None:
+        self.term = 0
+        self.launched: dict[str, tuple[int, int]] = {}  # job → (term, cycle) of its last launch
+        self.finished: set[str] = set()
+        self.dropped = 0  # launches and stops ignored as duplicates or stale
+
+    def admit(self, cmd: NodeCommand) -> NodeCommand | None:
+        """The part of `cmd` to carry out (None: nothing)."""
+        if cmd.term < self.term:
+            self.dropped += len(cmd.launches) + len(cmd.stops)
+            return None
+        self.term = cmd.term
+        key = (cmd.term, cmd.cycle)
+        if cmd.cycle < 0:  # the placer stops the rest of a gang whose leader finished it
+            self.finished.update(s.job_id for s in cmd.stops)
+            return cmd
+        stops = tuple(s for s in cmd.stops if self.launched.get(s.job_id, (-1, -1)) <= key)
+        launches = tuple(x for x in cmd.launches if x.job_id not in self.finished
+                         and self.launched.get(x.job_id, (-1, -1)) < key)
+        for x in launches:
+            self.launched[x.job_id] = key
+        self.dropped += len(cmd.stops) - len(stops) + len(cmd.launches) - len(launches)
+        if not stops and not launches:
+            return None
+        if len(stops) == len(cmd.stops) and len(launches) == len(cmd.launches):
+            return cmd
+        return cmd.model_copy(update={"stops": stops, "launches": launches})
+
+    def finish(self, job_id: str) -> None:
+        self.finished.add(job_id)
