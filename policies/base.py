@@ -125,6 +125,14 @@ class Policy(abc.ABC):
     def job_removed(self, job_id: str) -> None:  # noqa: B027 - optional hook
         """A job left for good (finished, failed)."""
 
+    def job_requeued(self, job: JobView) -> None:  # noqa: B027 - optional hook
+        """A running job was taken off between cycles (its node was lost) and waits again,
+        as if this policy had preempted it; policies that keep a waiting index add it."""
+
+    def job_running(self, job: JobView) -> None:  # noqa: B027 - optional hook
+        """A job announced by `job_added` already runs: a scheduler rebuilt from the event
+        log re-announces its running jobs so (services.scheduler.recovery)."""
+
     @abc.abstractmethod
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan: ...
 

@@ -234,8 +234,13 @@ class GandivaTimeslice(Policy):
         for node_set in self._all_sets():
             for jid in node_set.running:
                 slots = fit.try_place(jid, node_set.gpus_per_job, within=node_set.nodes)
-                if slots is None:  # cannot happen while sets are disjoint; say so if it does
-                    raise RuntimeError(f"node set {node_set.set_id} cannot hold job {jid}")
+                if slots is None:
+                    # Sets are disjoint, so only an admission step in front of the policy
+                    # (tenant quotas, policies.admission) refuses: the job sits this turn out.
+                    plan.blocked[jid] = Status(
+                        code=StatusCode.WAITING_BY_POLICY, decided_by=self.name,
+                        reason=fit.explain(node_set.gpus_per_job))
+                    continue
                 plan.run[jid] = slots
             for turn, jid in enumerate(node_set.jobs[node_set.capacity:], start=1):
                 plan.blocked[jid] = Status(

@@ -51,7 +51,17 @@ class DiscretisedLas(OrderedPolicy):
         return k
 
     def job_added(self, job: JobView) -> None:
-        self._enqueue(job, self._append(job.job_id, 0))
+        # A new job starts in queue 0; one re-announced after a rebuild where its attained
+        # service puts it.
+        self._enqueue(job, self._append(job.job_id, self._level(job)))
+
+    def job_running(self, job: JobView) -> None:
+        super().job_running(job)
+        self._key[job.job_id] = (self._queue[job.job_id], 0, self._back)
+
+    def _level(self, job: JobView) -> int:
+        attained = self.attained(job)
+        return sum(attained >= limit - DEMOTION_TOLERANCE for limit in self.limits)
 
     def job_removed(self, job_id: str) -> None:
         super().job_removed(job_id)

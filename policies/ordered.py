@@ -47,6 +47,12 @@ class OrderedPolicy(Policy):
             k, gpus = entry
             self._buckets[gpus].remove((k, job_id))
 
+    def job_requeued(self, job: JobView) -> None:
+        self._enqueue(job, self.key(job))  # as `settle` does for a job preempted in a cycle
+
+    def job_running(self, job: JobView) -> None:
+        OrderedPolicy.job_removed(self, job.job_id)  # out of the waiting index, as a start
+
     def _enqueue(self, job: JobView, k: Key) -> None:
         self._wkey[job.job_id] = (k, job.gpus)
         bucket = self._buckets.get(job.gpus)

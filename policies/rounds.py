@@ -168,8 +168,17 @@ class RoundPolicy(Policy):
         plan = Plan()
         for combo, t in sorted(chosen.items(), key=lambda kv: -snap.jobs[kv[0][0]].gpus):
             slots = fit.try_place(combo[0], snap.jobs[combo[0]].gpus, t)
-            if slots is None:  # cannot happen: the selection counted GPUs per type
-                raise RuntimeError(f"round placement failed for {combo} on {t}")
+            if slots is None:
+                # The selection counted GPUs per type, so only an admission step in front of
+                # the policy (tenant quotas, policies.admission) refuses: the combo sits out
+                # this round, uncharged.
+                del chosen[combo]
+                st.started.pop(combo, None)
+                reason = fit.explain(snap.jobs[combo[0]].gpus)
+                for jid in combo:
+                    plan.blocked[jid] = Status(code=StatusCode.WAITING_BY_POLICY, reason=reason,
+                                               decided_by=self.name)
+                continue
             for jid in combo:
                 plan.run[jid] = slots
                 if len(combo) > 1:

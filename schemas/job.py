@@ -4,15 +4,45 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-# Bounds on user input: generous for real clusters, tight enough to stop garbage early.
+# Bounds on user input: generous for real clusters (the bundled traces peak at 8.7e8
+# iterations, 1.1e7 s and 100 epochs), tight enough to stop garbage before a policy sees it.
 MAX_GPUS = 4096
 MAX_NAME = 128
+MAX_ITERATIONS = 10**12
+MAX_SECONDS = 1e12  # any time or duration: about 31,700 years
+MAX_BATCH = 2**24
+MAX_PRIORITY = 10**6
+MAX_WEIGHT = 1e6
+MAX_RATE = 1e9  # iterations per second in a profile
+MAX_STAGES = 16
+MAX_GPU_TYPES = 64
+MAX_PROFILE_POINTS = 4096  # epochs of a goodput profile; entries of a scaling table
+MAX_BATCH_SIZES = 256
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.:\-/]+$")]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Rate = Annotated[float, Field(ge=0, le=MAX_RATE, allow_inf_nan=False)]
+Batch = Annotated[int, Field(ge=1, le=MAX_BATCH)]
+
+# A job may run its own command (an "unmodified job", see docs/sdk.md): bounded like the rest.
+MAX_ARGS = 256
+MAX_ARG = 4096
+MAX_ENV = 64
+Arg = Annotated[str, Field(min_length=1, max_length=MAX_ARG)]
+EnvName = Annotated[str, Field(min_length=1, max_length=MAX_NAME,
+                                pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Annotated[str, Field(max_length=MAX_ARG)]
+# Set by the node agent for every rank; a job's `env` may not override them.
+RESERVED_ENV = frozenset({
+    "CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED",
+})
+RESERVED_ENV_PREFIXES = ("LOOM_", "PET_")
 
 
 class GoodputProfile(BaseModel):
@@ -31,14 +61,15 @@ class GoodputProfile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     perf: tuple[float, float, float, float, float, float, float]
-    init_batch: int = Field(ge=1)
-    max_batch: int = Field(ge=1)
-    min_local_batch: int = Field(ge=1)
-    max_local_batch: int = Field(ge=1)
-    epochs: tuple[float, ...] = Field(min_length=1)
-    batch_sizes: tuple[int, ...] = Field(min_length=1)
-    grad_sqr: tuple[tuple[float, ...], ...]
-    grad_var: tuple[tuple[float, ...], ...]
+    init_batch: Batch
+    max_batch: Batch
+    min_local_batch: Batch
+    max_local_batch: Batch
+    epochs: tuple[float, ...] = Field(min_length=1, max_length=MAX_PROFILE_POINTS)
+    batch_sizes: tuple[Batch, ...] = Field(min_length=1, max_length=MAX_BATCH_SIZES)
+    # One row per batch size, one column per epoch (checked below).
+    grad_sqr: tuple[tuple[float, ...], ...] = Field(max_length=MAX_BATCH_SIZES)
+    grad_var: tuple[tuple[float, ...], ...] = Field(max_length=MAX_BATCH_SIZES)
     adaptive: bool = True
 
     @model_validator(mode="after")
@@ -85,23 +116,53 @@ class _JobFields(BaseModel):
 
     tenant: Name = "default"
     model: Name
-    batch_size: int | None = Field(default=None, ge=1)
+    batch_size: Batch | None = None
     gpus: int = Field(ge=1, le=MAX_GPUS)
     min_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
     max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
-    iterations: int = Field(ge=1)
-    iteration_time_s: float = Field(gt=0)
-    stage_times_s: tuple[float, ...] | None = None
-    deadline_s: float | None = None
+    iterations: int = Field(ge=1, le=MAX_ITERATIONS)
+    iteration_time_s: float = Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    stage_times_s: tuple[Seconds, ...] | None = Field(default=None, max_length=MAX_STAGES)
+    deadline_s: float | None = Field(default=None, ge=-MAX_SECONDS, le=MAX_SECONDS,
+                                     allow_inf_nan=False)
     best_effort: bool = False
-    priority: int = 0
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)  # fairness share (Gavel's)
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)  # Gavel's share
     gpu_type: Name | None = None
     job_type: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
-    throughputs: dict[Name, float] | None = None
-    scaling: dict[int, float] | None = None
-    duration_s: float | None = Field(default=None, ge=0)
+    throughputs: dict[Name, Rate] | None = Field(default=None, max_length=MAX_GPU_TYPES)
+    scaling: dict[Annotated[int, Field(ge=1, le=MAX_GPUS)], Rate] | None = Field(
+        default=None, max_length=MAX_PROFILE_POINTS)
+    duration_s: Seconds | None = None
     goodput: GoodputProfile | None = None
+    # Unmodified jobs: the argv to run per rank instead of Loom's bundled trainer, extra
+    # environment, working directory, and how to read progress from its stdout.
+    command: tuple[Arg, ...] | None = Field(default=None, min_length=1, max_length=MAX_ARGS)
+    env: dict[EnvName, EnvValue] | None = Field(default=None, max_length=MAX_ENV)
+    cwd: str | None = Field(default=None, min_length=1, max_length=MAX_ARG)
+    progress_regex: str | None = Field(default=None, min_length=1, max_length=512)
+
+    @model_validator(mode="after")
+    def _check_command(self) -> _JobFields:
+        if self.command is None:
+            extras = [n for n in ("env", "cwd", "progress_regex") if getattr(self, n) is not None]
+            if extras:
+                raise ValueError(f"{', '.join(extras)} only apply to a job with a command")
+            return self
+        if self.cwd is not None and not self.cwd.startswith("/"):
+            raise ValueError(f"cwd must be an absolute path, got {self.cwd!r}")
+        reserved = sorted(k for k in self.env or {}
+                          if k in RESERVED_ENV or k.startswith(RESERVED_ENV_PREFIXES))
+        if reserved:
+            raise ValueError(f"env: {', '.join(reserved)} are set by Loom's node agent")
+        if self.progress_regex is not None:
+            try:
+                pattern = re.compile(self.progress_regex)
+            except re.error as exc:
+                raise ValueError(f"progress_regex does not compile: {exc}") from None
+            if "iteration" not in pattern.groupindex:
+                raise ValueError("progress_regex needs a named group (?P<iteration>...)")
+        return self
 
     @model_validator(mode="after")
     def _check_bounds(self) -> _JobFields:
@@ -155,7 +216,7 @@ class JobSpec(_JobFields):
     """A training job as the scheduler knows it: named and stamped."""
 
     job_id: Name
-    submit_time_s: float = Field(ge=0)
+    submit_time_s: Seconds
 
     @property
     def work_s(self) -> float:
@@ -171,7 +232,7 @@ class SubmitJob(_JobFields):
     """
 
     job_id: Name | None = None
-    submit_time_s: float | None = Field(default=None, ge=0)
+    submit_time_s: Seconds | None = None
 
     def to_spec(self, job_id: str, now: float) -> JobSpec:
         data = self.model_dump()

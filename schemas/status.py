@@ -21,6 +21,13 @@ class StatusCode(enum.StrEnum):
     REJECTED_INVALID = "rejected_invalid"
     # Rejected: the policy cannot schedule this kind of job (see reason).
     REJECTED_BY_POLICY = "rejected_by_policy"
+    # Waiting: its tenant holds its GPU quota (`max_gpus` in the tenants file).
+    WAITING_FOR_TENANT_QUOTA = "waiting_for_tenant_quota"
+    # Waiting: its tenant is above its weighted fair share while other tenants wait.
+    WAITING_FOR_FAIR_SHARE = "waiting_for_fair_share"
+    # Rejected: its tenant already has `max_queued` waiting jobs, or it needs more GPUs than
+    # its tenant may hold (`max_gpus`).
+    REJECTED_BY_QUOTA = "rejected_by_quota"
     # Waiting: an operator suspended it (`loom suspend`); `loom resume` gives it back.
     SUSPENDED = "suspended"
     FINISHED = "finished"

@@ -1,0 +1,166 @@
+"""Tenant admission: GPU quotas, queued-jobs quotas and weighted fair share, before any policy.
+
+The step sits between the scheduler and whichever policy runs, without the policy knowing:
+
+- At submit, `submit_refusal` rejects a job whose tenant already has `max_queued` waiting jobs,
+  or that asks for more GPUs than the tenant's `max_gpus` (it could never start).
+- In a cycle, the policy reserves GPUs only through its `Fitter`; `TenantGate` wraps the
+  placer's fitter and refuses a reservation the tenant is not entitled to. The job is then held
+  (it stays queued, with a status saying why), never rejected.
+
+Entitlement, for a job of tenant t asking for g GPUs when t's jobs hold `used` GPUs:
+
+1. Quota: `used + g <= max_gpus(t)`.
+2. Weighted fair share: `used + g <= share(t)`, or no other tenant is owed GPUs, or no job
+   holds any GPU. `share` is the weighted max-min split of the cluster over the tenants'
+   demands (GPUs their active jobs ask for, capped by their quotas;
+   `schemas.tenants.weighted_shares`), so an idle tenant's share goes to the busy ones.
+   Tenant u is owed when it holds less than its share and has a job waiting. So a tenant
+   borrows beyond its share only while every tenant with waiting jobs has its share; and GPUs
+   are kept free for a tenant below its share whose next job is wider than what is free
+   (a reservation: without it a wide job of a light tenant would starve). Shares are met in
+   whole gangs: a tenant below its share may start a job that takes it above. On an idle
+   cluster this rule holds nothing back, so the step can never leave the whole cluster idle
+   while jobs wait (a policy that never tries the owed tenant's job would otherwise stall it).
+
+Both rules only gate starts (and an elastic job's growth): a running job keeping its GPUs is
+never refused, so the step preempts nothing by itself; shares are restored as jobs finish or as
+the policy preempts. A running job counts for its tenant until the walk re-reserves it (a job
+the policy then drops still counts for that cycle: conservative, never over the quota). Because
+a refusal depends on the tenant, not only on the gang size, the gate tells the policy its
+fitter is not monotone. A co-located group (Muri, Gavel's packing) is reserved under one
+member's id, so its GPUs are charged to that member's tenant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from schemas.events import GpuSlots
+from schemas.job import JobSpec
+from schemas.status import Status, StatusCode
+from schemas.tenants import TenantsConfig, weighted_shares
+
+if TYPE_CHECKING:
+    from policies.base import Fitter, Snapshot
+
+DECIDED_BY = "tenancy"
+_EPS = 1e-9
+
+
+def submit_refusal(config: TenantsConfig, spec: JobSpec, waiting: int) -> str | None:
+    """Why a submission is rejected by its tenant's quotas, or None: it already has
+    `max_queued` waiting jobs, or the job asks for more than its `max_gpus` (holding it would
+    keep it waiting for ever)."""
+    limits = config.limits(spec.tenant)
+    if limits.max_gpus is not None and spec.gpus > limits.max_gpus:
+        return (f"asks for {spec.gpus} GPUs; tenant {spec.tenant!r} may hold at most "
+                f"{limits.max_gpus} (max_gpus)")
+    cap = limits.max_queued
+    if cap is None or waiting < cap:
+        return None
+    return (f"tenant {spec.tenant!r} already has {waiting} waiting jobs, its limit "
+            f"(max_queued = {cap})")
+
+
+class TenantGate:
+    """The policy's fitter for one cycle, refusing what a tenant is not entitled to."""
+
+    def __init__(self, inner: Fitter, snap: Snapshot, config: TenantsConfig) -> None:
+        self._inner = inner
+        self._config = config
+        self._specs = {jid: v.spec for jid, v in snap.jobs.items()}
+        self.monotone = False
+        self.used: Counter[str] = Counter()
+        self._kept: dict[str, int] = {}  # running at the cycle's start, not yet re-reserved
+        self._waiting: Counter[str] = Counter()  # per tenant: its jobs not yet started
+        demand: Counter[str] = Counter()
+        for jid, view in snap.jobs.items():
+            tenant = view.spec.tenant
+            demand[tenant] += view.gpus
+            if view.running:
+                self.used[tenant] += view.allocated
+                self._kept[jid] = view.allocated
+            else:
+                self._waiting[tenant] += 1
+        self.quota = {t: self._config.limits(t).max_gpus for t in demand}
+        capped = {t: min(d, q) if (q := self.quota[t]) is not None else d
+                  for t, d in demand.items()}
+        weights = {t: self._config.limits(t).weight for t in demand}
+        self.shares = weighted_shares(snap.cluster.total_gpus, capped, weights)
+        self.held: dict[str, Status] = {}  # refused this cycle, with why
+        self._last_refusal: str | None = None
+
+    # -- the Fitter protocol, delegated ------------------------------------------------------
+    @property
+    def free_gpus(self) -> int:
+        return self._inner.free_gpus
+
+    @free_gpus.setter
+    def free_gpus(self, value: int) -> None:  # the Fitter protocol declares it a variable
+        self._inner.free_gpus = value
+
+    @property
+    def scheme(self) -> str:
+        return self._inner.scheme
+
+    def free_of(self, gpu_type: str) -> int:
+        return self._inner.free_of(gpu_type)
+
+    def explain(self, gpus: int) -> str:
+        if self._last_refusal is not None:
+            return self._last_refusal
+        return self._inner.explain(gpus)
+
+    def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,
+                  within: Collection[str] | None = None) -> GpuSlots | None:
+        spec = self._specs[job_id]
+        tenant = spec.tenant
+        kept = self._kept.get(job_id, 0)
+        refusal = None if gpus <= kept else self.refusal(tenant, gpus - kept)
+        self._last_refusal = None if refusal is None else refusal.reason
+        if refusal is not None:
+            self.held[job_id] = refusal
+            return None
+        slots = self._inner.try_place(job_id, gpus, gpu_type, within)
+        if slots is not None:
+            self.held.pop(job_id, None)
+            self.used[tenant] += gpus - self._kept.pop(job_id, 0)
+            if kept == 0 and self._waiting[tenant] > 0:
+                self._waiting[tenant] -= 1
+        return slots
+
+    # -- the rules ---------------------------------------------------------------------------
+    def refusal(self, tenant: str, extra: int) -> Status | None:
+        """Why tenant may not take `extra` more GPUs now, or None."""
+        used = self.used[tenant]
+        cap = self.quota.get(tenant, self._config.limits(tenant).max_gpus)
+        if cap is not None and used + extra > cap:
+            return Status(code=StatusCode.WAITING_FOR_TENANT_QUOTA, decided_by=DECIDED_BY,
+                          reason=f"tenant {tenant!r} holds {used} of its {cap} GPUs (max_gpus); "
+                                 f"the job needs {extra} more")
+        share = self.shares.get(tenant, 0.0)
+        if used + extra <= share + _EPS or not any(self.used.values()):
+            return None
+        owed = self.owed(exclude=tenant)
+        if not owed:
+            return None
+        return Status(code=StatusCode.WAITING_FOR_FAIR_SHARE, decided_by=DECIDED_BY,
+                      reason=f"tenant {tenant!r} would hold {used + extra} GPUs, above its fair "
+                             f"share of {share:.1f}, while {', '.join(map(repr, owed))} "
+                             f"below theirs wait")
+
+    def owed(self, exclude: str = "") -> list[str]:
+        """Tenants below their share with a job waiting, by name."""
+        return [tenant for tenant in sorted(self._waiting)
+                if tenant != exclude and self._waiting[tenant] > 0
+                and self.used[tenant] < self.shares.get(tenant, 0.0) - _EPS]
+
+    def status_for(self, job_id: str, spec: JobSpec) -> Status | None:
+        """Why the admission step holds a waiting job after this cycle, or None."""
+        if job_id in self.held:
+            return self.held[job_id]
+        # Never reached by the policy's walk: would the step hold it as the cycle ended?
+        return self.refusal(spec.tenant, spec.gpus)

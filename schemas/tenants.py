@@ -1,0 +1,114 @@
+"""Tenants and their limits: weight (fair share), GPU quota and queued-jobs quota.
+
+A tenants file (TOML or JSON) maps each tenant to its limits:
+
+    [tenants.nlp]
+    weight = 2          # share of contended GPUs, relative to the other tenants' weights
+    max_gpus = 16       # GPUs its jobs may hold at once (jobs beyond it wait)
+    max_queued = 100    # waiting jobs it may have (submissions beyond it are rejected)
+
+A tenant the file does not name gets weight 1 and no limits. No file means no tenancy step at
+all (see `policies.admission`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.job import MAX_GPUS, Name
+
+MAX_TENANTS = 10_000
+
+
+class TenantLimits(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
+    max_gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    max_queued: int | None = Field(default=None, ge=0)
+
+
+class TenantsConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenants: dict[Name, TenantLimits] = Field(default_factory=dict, max_length=MAX_TENANTS)
+
+    def limits(self, tenant: str) -> TenantLimits:
+        return self.tenants.get(tenant, _UNLISTED)
+
+
+_UNLISTED = TenantLimits()
+
+
+class TenantsFileError(ValueError):
+    """A tenants file that cannot be used; the message names the file, tenant and field."""
+
+
+def parse_tenants(data: Any, source: str) -> TenantsConfig:
+    """Validate decoded file contents; errors name `source`, the tenant and the field."""
+    if not isinstance(data, Mapping):
+        raise TenantsFileError(f"{source}: expected a table of tenants, got {type(data).__name__}")
+    try:
+        return TenantsConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = [str(p) for p in err["loc"]]
+            if len(loc) == 3 and loc[0] == "tenants" and loc[2] == "[key]":
+                where = f"tenant name {loc[1]!r}"
+            elif len(loc) >= 3 and loc[0] == "tenants":
+                where = f"tenant {loc[1]!r}: {'.'.join(loc[2:])}"
+            else:
+                where = ".".join(loc) or "top level"
+            problems.append(f"{where}: {err['msg']}")
+        raise TenantsFileError(f"{source}: " + "; ".join(problems)) from None
+
+
+def load_tenants(path: str | Path) -> TenantsConfig:
+    """Read a tenants file: `.json` is JSON, anything else TOML."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise TenantsFileError(f"{p}: cannot read tenants file: {exc.strerror}") from None
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(raw)
+        else:
+            data = tomllib.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TenantsFileError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: "
+                               f"{exc}") from None
+    return parse_tenants(data, str(p))
+
+
+def weighted_shares(capacity: float, demand: Mapping[str, float],
+                    weights: Mapping[str, float]) -> dict[str, float]:
+    """Weighted max-min fair split of `capacity` (progressive filling).
+
+    Each tenant gets capacity in proportion to its weight, but never more than it demands;
+    what a tenant cannot use is split again among the others by weight. Deterministic: tenants
+    are visited in name order.
+    """
+    shares = {t: 0.0 for t in demand}
+    open_ = sorted(t for t, d in demand.items() if d > 0)
+    left = float(capacity)
+    while open_ and left > 1e-9:
+        total_w = sum(weights[t] for t in open_)
+        sated = [t for t in open_ if demand[t] - shares[t] <= left * weights[t] / total_w]
+        if not sated:
+            for t in open_:
+                shares[t] += left * weights[t] / total_w
+            break
+        for t in sated:
+            left -= demand[t] - shares[t]
+            shares[t] = float(demand[t])
+        open_ = [t for t in open_ if t not in sated]
+    return {t: (s if math.isfinite(s) else 0.0) for t, s in shares.items()}
