@@ -5,7 +5,8 @@ a durable JetStream consumer of its own, named after the service and subject, so
 that restarts resumes after the last message it acknowledged. A message is acknowledged once
 its handler has returned and everything the handler published is stored (at-least-once); a
 handler that raises, or whose publishes JetStream does not acknowledge, leaves it
-unacknowledged, and JetStream redelivers it up to MAX_DELIVER times.
+unacknowledged, and JetStream redelivers it up to MAX_DELIVER times. A handler that answers
+RetryLater (its input overtook one it depends on) keeps its message and is retried in place.
 
 Publishes are pipelined: each is sent at once, in order on one connection, with the
 envelope's `event_id` as `Nats-Msg-Id` (JetStream drops a duplicate within its window), and
@@ -17,6 +18,7 @@ transitions instead of one each. A payload no decoder accepts is dead-lettered o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 from collections.abc import Callable
@@ -26,7 +28,7 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
 from schemas import subjects
-from schemas.codec import encode
+from schemas.codec import check_subject, encode
 from schemas.events import Envelope
 from services.runtime.bus import (
     MSG_ID,
@@ -40,10 +42,23 @@ from services.runtime.bus import (
     fallback_id,
 )
 from services.runtime.logging import get_logger
+from services.runtime.nats_auth import NatsAuth
+from services.runtime.service import RetryLater
 
 DUPLICATE_WINDOW_S = 600.0
 MAX_DELIVER = 5
 ACK_WAIT_S = 60.0
+# A dead letter keeps this much of a refused payload: the whole one stays in the stream at
+# the sequence its id names, and a near-max_payload copy would not fit in a message itself.
+DEAD_LETTER_KEEP = 64 * 1024
+PUBLISH_RETRY_S = 60.0  # how long `flush` keeps re-sending unacknowledged publishes
+ACK_TIMEOUT_S = 5.0  # a publish not acknowledged by then is sent again (same Nats-Msg-Id)
+RETRY_DELAY_S = 0.5  # a failed handler's message comes back after this × its delivery count
+# How long a handler's RetryLater keeps its message waiting for the input it depends on. It
+# must outlast a stalled sibling consumer: after a server restart an unacknowledged message
+# comes back only after ACK_WAIT_S, and with one message in flight per consumer nothing
+# behind it moves until then. It holds up its own consumer meanwhile, so it is not endless.
+RETRY_LATER_S = 2 * ACK_WAIT_S
 
 _log = get_logger("loom.bus")
 
@@ -88,21 +103,28 @@ class NatsLiveBus:
         self.stream = stream
         self.prefix = prefix
         self.stats = BusStats()
+        self.redelivers = True  # a handler's RetryLater comes back (see services.runtime.service)
         self._subs: list[Any] = []
-        self._inflight: list[tuple[str, asyncio.Future[Any]]] = []
+        self._inflight: list[tuple[str, bytes, str | None, asyncio.Future[Any]]] = []
+        # Set by a service that rebuilt its state from the stream: its consumers restart at
+        # their acknowledgement floor, so what a dead predecessor held comes back at once
+        # instead of after ack_wait (duplicates are harmless: handlers are idempotent).
+        self.rewind = False
 
     @classmethod
     async def connect(cls, url: str, *, service: str, now: Callable[[], float],
                       stream: str = subjects.STREAM, prefix: str = "",
-                      replicas: int = 1) -> NatsLiveBus:
-        """`url` may list several servers of a NATS cluster, comma-separated."""
+                      replicas: int = 1, auth: NatsAuth | None = None) -> NatsLiveBus:
+        """`url` may list several servers of a NATS cluster, comma-separated; `auth` the
+        credentials and TLS files to connect with."""
         async def error(exc: Exception) -> None:
             _log.warning("nats client error", service=service,
                          error=f"{type(exc).__name__}: {exc}")
 
         nc = await nats.connect(servers=server_list(url), name=f"loom-{service}",
                                 error_cb=error, max_reconnect_attempts=-1,
-                                reconnect_time_wait=0.5)
+                                reconnect_time_wait=0.5,
+                                **(auth or NatsAuth()).connect_kwargs())
         bus = cls(nc, service=service, now=now, stream=stream, prefix=prefix)
         await ensure_stream(bus.js, stream, prefix, replicas)
         return bus
@@ -114,26 +136,60 @@ class NatsLiveBus:
         """Send now; the acknowledgement is awaited by `flush` (True: sent)."""
         if not subject.startswith("loom."):
             raise ValueError(f"subject {subject!r} is outside the cluster's stream (loom.>)")
-        headers = None if msg_id is None else {MSG_ID: msg_id}
-        ack = await self.js.publish_async(self.prefix + subject, payload, headers=headers,
-                                          stream=self.stream)
-        self._inflight.append((subject, ack))
+        try:
+            ack = await self._send(subject, payload, msg_id)
+        except Exception as exc:  # disconnected (a server restart): `flush` sends it again
+            ack = asyncio.get_running_loop().create_future()
+            ack.set_exception(exc)
+        self._inflight.append((subject, payload, msg_id, ack))
         self.stats.published += 1
         return True
 
-    async def flush(self) -> None:
-        """Wait until JetStream has stored everything published so far; raise if it has not."""
+    async def _send(self, subject: str, payload: bytes, msg_id: str | None) -> Any:
+        headers = None if msg_id is None else {MSG_ID: msg_id}
+        return await self.js.publish_async(self.prefix + subject, payload, headers=headers,
+                                           stream=self.stream)
+
+    async def flush(self, retry_s: float = PUBLISH_RETRY_S) -> None:
+        """Wait until JetStream has stored everything published so far; raise if it has not.
+
+        A publish that was not acknowledged (say, the server restarted) is sent again with
+        the same `Nats-Msg-Id`, for up to `retry_s`: if the first copy was stored after all,
+        JetStream drops the second, so retrying never duplicates.
+        """
         inflight, self._inflight = self._inflight, []
-        failed = []
-        for subject, ack in inflight:
-            try:
-                if (await ack).duplicate:
-                    self.stats.duplicates += 1  # dropped by JetStream: already in the stream
-                    self.stats.published -= 1
-            except Exception as exc:  # not stored: the caller must not treat it as sent
-                failed.append(f"{subject}: {type(exc).__name__}: {exc}")
-        if failed:
-            raise PublishFailed("; ".join(failed))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + retry_s
+        pause = 0.1
+        while True:
+            failed = []
+            for subject, payload, msg_id, ack in inflight:
+                try:
+                    # nats-py never times an acknowledgement out: one lost in a server restart
+                    # would hang this flush (and the timer or handler behind it) for good.
+                    if (await asyncio.wait_for(ack, ACK_TIMEOUT_S)).duplicate:
+                        self.stats.duplicates += 1  # dropped by JetStream: already stored
+                        self.stats.published -= 1
+                except Exception as exc:  # not stored (yet): the caller must not count it
+                    failed.append((subject, payload, msg_id, f"{type(exc).__name__}: {exc}"))
+            if not failed:
+                return
+            if msg_id_missing := [f for f in failed if f[2] is None]:
+                failed = msg_id_missing  # without an id a retry could duplicate: give up
+            if msg_id_missing or loop.time() + pause > deadline:
+                raise PublishFailed("; ".join(f"{f[0]}: {f[3]}" for f in failed))
+            _log.warning("publishes not stored; retrying", service=self.service,
+                         count=len(failed), reason=failed[0][3])
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            inflight = []
+            for subject, payload, msg_id, _ in failed:
+                try:
+                    ack = await self._send(subject, payload, msg_id)
+                except Exception as exc:  # still disconnected: counts as failed this round
+                    ack = loop.create_future()
+                    ack.set_exception(exc)
+                inflight.append((subject, payload, msg_id, ack))
 
     async def subscribe(self, subject: str, handler: Handler, *, durable: str,
                         decoder: Decoder = decode_any) -> None:
@@ -142,21 +198,38 @@ class NatsLiveBus:
         async def deliver(msg: Any) -> None:
             await self._deliver(sub, msg)
 
+        name = consumer_name(durable, subject)
+        start = await self._rewind(name) if self.rewind else None
+        # One unacknowledged message at a time: a service handles its messages one by one
+        # anyway, and a message handed back for a retry is then not overtaken by the next.
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.EXPLICIT,
+                                ack_wait=ACK_WAIT_S, max_deliver=MAX_DELIVER, max_ack_pending=1)
+        if start is not None:
+            config.deliver_policy, config.opt_start_seq = DeliverPolicy.BY_START_SEQUENCE, start
         self._subs.append(await self.js.subscribe(
-            self.prefix + subject, durable=consumer_name(durable, subject), stream=self.stream,
-            cb=deliver, manual_ack=True,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL,
-                                  ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S,
-                                  max_deliver=MAX_DELIVER)))
+            self.prefix + subject, durable=name, stream=self.stream, cb=deliver,
+            manual_ack=True, config=config))
+
+    async def _rewind(self, name: str) -> int | None:
+        """Replace a durable consumer by one that starts after its acknowledgement floor
+        (None: there was none)."""
+        try:
+            info = await self.js.consumer_info(self.stream, name)
+        except nats.js.errors.NotFoundError:
+            return None
+        await self.js.delete_consumer(self.stream, name)
+        return int(info.ack_floor.stream_seq) + 1
 
     async def _deliver(self, sub: Subscription, msg: Any) -> None:
         subject = msg.subject[len(self.prefix):]
         fallback = fallback_id((msg.headers or {}).get(MSG_ID), msg.metadata.sequence.stream)
         try:
             env = sub.decoder(msg.data, fallback_id=fallback, now=self.now())
+            check_subject(subject, env.type)  # e.g. no operator command as a node status
         except Exception as exc:  # any undecodable payload is dead-lettered, then dropped
             self.stats.dead_lettered += 1
-            dl = dead_letter_envelope(sub, subject, msg.data, decode_failure(exc), self.now(),
+            dl = dead_letter_envelope(sub, subject, msg.data[:DEAD_LETTER_KEEP],
+                                      decode_failure(exc), self.now(),
                                       msg.metadata.sequence.stream)
             await self.publish(subjects.deadletter(sub.durable), dl)
             await self.flush()
@@ -164,15 +237,50 @@ class NatsLiveBus:
             return
         self.stats.delivered += 1
         try:
-            await sub.handler(env)
+            await self._handle_when_ready(sub, env, msg)
             await self.flush()
-        except Exception:
-            # Left unacknowledged: JetStream redelivers it after ack_wait (at most MAX_DELIVER
-            # times). The shell dead-letters core failures itself, so this is the shell's own.
-            _log.exception("handler failed", service=self.service, subject=subject,
-                           event_id=env.event_id)
-            return
+        except Exception as exc:
+            # The shell dead-letters core failures itself, so this is the shell's own, or a
+            # RetryLater that waited too long: redeliver it shortly, and dead-letter it on
+            # the last try.
+            reason = f"{type(exc).__name__}: {exc}"
+            tries = msg.metadata.num_delivered
+            if tries < MAX_DELIVER:
+                _log.warning("handler failed; redelivering", service=self.service,
+                             subject=subject, event_id=env.event_id, reason=reason, tries=tries)
+                await msg.nak(delay=RETRY_DELAY_S * tries)
+                return
+            _log.error("handler failed; dead-lettered", service=self.service, subject=subject,
+                       event_id=env.event_id, reason=reason, tries=tries)
+            self.stats.dead_lettered += 1
+            await self.publish(subjects.deadletter(sub.durable), dead_letter_envelope(
+                sub, subject, msg.data, f"{reason} (after {tries} deliveries)", self.now(),
+                msg.metadata.sequence.stream))
+            await self.flush()
         await msg.ack()
+
+    async def _handle_when_ready(self, sub: Subscription, env: Envelope, msg: Any) -> None:
+        """Run the handler; while it answers RetryLater, hold the message (telling JetStream
+        it is in progress, so it is neither redelivered nor counted as a delivery) and try
+        again with backoff, for up to RETRY_LATER_S. Other subscriptions keep flowing, and
+        one of them brings what this message waits for."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_LATER_S
+        pause = RETRY_DELAY_S
+        while True:
+            try:
+                await sub.handler(env)
+                return
+            except RetryLater as exc:
+                if loop.time() + pause > deadline:
+                    raise RetryLater(f"{exc} (still waiting after {RETRY_LATER_S:g} s)") from exc
+                _log.info("handler waits for an earlier input", service=self.service,
+                          subject=sub.pattern, event_id=env.event_id, reason=str(exc),
+                          retry_in=pause)
+            with contextlib.suppress(Exception):  # disconnected: it comes back after ack_wait
+                await msg.in_progress()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
     async def close(self) -> None:
         try:

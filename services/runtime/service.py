@@ -22,6 +22,13 @@ from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
 from services.runtime.logging import get_logger
 
 
+class RetryLater(Exception):
+    """An input that may succeed once other messages have arrived: on a live cluster each
+    subscription is its own consumer, so a message can overtake one it depends on. A bus
+    that redelivers (`redelivers = True`) retries it shortly and dead-letters it only if it
+    keeps failing for minutes; elsewhere it is dead-lettered at once, like any core error."""
+
+
 @dataclass(frozen=True, slots=True)
 class Subscribe:
     subject: str
@@ -74,6 +81,11 @@ class Shell:
     async def _on_message(self, env: Envelope) -> None:
         try:
             effects = self.core.handle(env, self.clock.now())
+        except RetryLater as exc:
+            if getattr(self.bus, "redelivers", False):
+                raise  # the bus hands it back shortly (see RetryLater)
+            await self._dead_letter(env, f"{type(exc).__name__}: {exc}")
+            return
         except Exception as exc:  # a bug or bad input must not stop the service
             await self._dead_letter(env, f"{type(exc).__name__}: {exc}")
             return

@@ -16,6 +16,7 @@ from schemas import subjects
 from schemas.events import CycleStarted, DeadLetter, Envelope, envelope
 from services.runtime.nats_live import NatsLiveBus, consumer_name, server_list
 from services.runtime.natsserver import EmbeddedNats
+from services.runtime.service import RetryLater
 
 pytestmark = pytest.mark.nats
 
@@ -98,6 +99,40 @@ async def test_a_handler_failure_is_redelivered(nats_server: EmbeddedNats) -> No
     await sender.publish(subjects.CYCLE_STARTED, cycle(7))
     await until(lambda: len(attempts) == 2)
     assert attempts == [7, 7]
+    await receiver.close()
+    await sender.close()
+
+
+async def test_a_retry_later_waits_in_place_for_what_it_depends_on(
+        nats_server: EmbeddedNats) -> None:
+    """A handler answering RetryLater keeps its message (no redelivery, no dead letter) until
+    the input it waits for arrives on another subscription, however many tries that takes."""
+    sender, receiver = await connect(nats_server, "s"), await connect(nats_server, "r")
+    arrived: list[int] = []
+    handled: list[tuple[int, int]] = []  # (cycle, delivery count of its message)
+    tries = 0
+
+    async def needs_seven(env: Envelope) -> None:
+        nonlocal tries
+        tries += 1
+        if 7 not in arrived:
+            raise RetryLater("cycle 7 not seen yet")
+        handled.append((env.body.cycle, tries))  # type: ignore[attr-defined]
+
+    async def note(env: Envelope) -> None:
+        arrived.append(env.body.cycle)  # type: ignore[attr-defined]
+
+    # Two consumers of one subject: cycle 7 reaches `notes` while `waits` still holds 8.
+    await receiver.subscribe(subjects.CYCLE_STARTED, needs_seven, durable="waits")
+    await receiver.subscribe(subjects.CYCLE_STARTED, note, durable="notes")
+    await sender.publish(subjects.CYCLE_STARTED, cycle(8))
+    await sender.flush()
+    await until(lambda: tries >= 4, timeout=30)  # 0.5 + 1 + 2 s of waiting
+    await sender.publish(subjects.CYCLE_STARTED, cycle(7))
+    await until(lambda: len(handled) == 2, timeout=30)
+    assert handled[0][0] == 8 and handled[0][1] >= 5 and handled[1] == (7, handled[0][1] + 1)
+    assert receiver.stats.dead_lettered == 0
+    assert receiver.stats.delivered == 4  # 8 and 7 to each consumer, once
     await receiver.close()
     await sender.close()
 
