@@ -4,6 +4,7 @@
 trains a small workload family on synthetic data, writes the progress protocol
 (`protocol.py`) as JSON lines, checkpoints on SIGTERM and resumes (also at another world size).
 Pure parts: `catalog`, `config`, `protocol`, `accounting`, `checkpoint` (format and rules),
-`workloads`; the shell: `shell` (signals, report channel, exit codes), `comm` (process group),
-`runner` (the loop).
+`workloads`, `textprogress` (progress printed by unmodified jobs); the shell: `shell` (signals,
+exit codes), `channel` (the report channel), `comm` (process group), `runner` (the loop).
+The trainer SDK (`loom.sdk`, docs/sdk.md) writes the same protocol and checkpoint format.
 """

@@ -13,7 +13,9 @@ directory. A reader sees the previous checkpoint or the new one, never a torn fi
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from services.trainer.errors import CheckpointError
 
 __all__ = ["CheckpointError", "CheckpointMeta", "check_compatible", "load", "pack",
-           "save_atomic", "unpack"]
+           "param_digest", "save_atomic", "unpack"]
 
 FORMAT: Literal["loom.trainer.checkpoint"] = "loom.trainer.checkpoint"
 VERSION = 1
@@ -45,6 +47,7 @@ class CheckpointMeta(BaseModel):
     world_size: int = Field(ge=1)  # at write time
     skipped_iterations: int = Field(default=0, ge=0)  # of `iteration`, fast-forwarded ones
     loss: float | None = None  # the last real iteration's global loss
+    samples: int | None = Field(default=None, ge=0)  # SDK jobs: data position, in samples
     torch_version: str = ""
 
 
@@ -133,3 +136,11 @@ def load(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     if not isinstance(obj, dict):
         raise CheckpointError(f"{final} is not a Loom trainer checkpoint")
     return obj
+
+
+def param_digest(params: Iterable[torch.Tensor]) -> str:
+    """SHA-256 (16 hex digits) of the parameters' bytes, in order: equal weights, equal digest."""
+    h = hashlib.sha256()
+    for p in params:
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]

@@ -13,7 +13,7 @@ environment), and the trainer checks that its rank and size match the flags.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from services.trainer.errors import BackendUnavailable
+from services.trainer.errors import BackendUnavailable, CheckpointError
 
 __all__ = ["BackendUnavailable", "Communicator", "Horovod", "Local", "TorchDistributed",
-           "connect", "resolve_backend", "resolve_device"]
+           "connect", "resolve_backend", "resolve_device", "share_from_rank0"]
 
 
 class Communicator(Protocol):
@@ -76,6 +76,17 @@ class TorchDistributed:
         self.backend = backend
         self.rank = rank
         self.world_size = world_size
+
+    @classmethod
+    def joined(cls) -> TorchDistributed:
+        """The default process group someone else (torchrun, a user script) initialised."""
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed has no default process group")
+        self = cls.__new__(cls)
+        self.backend = str(dist.get_backend())
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        return self
 
     def allreduce_sum_(self, buf: Tensor) -> None:
         dist.all_reduce(buf, op=dist.ReduceOp.SUM)
@@ -153,3 +164,24 @@ def connect(backend: str, *, master_addr: str, master_port: int, rank: int, worl
     if world_size == 1:
         return Local()
     return TorchDistributed(backend, master_addr, master_port, rank, world_size, timeout_s)
+
+
+def share_from_rank0(comm: Communicator, read: Callable[[], object] | None,
+                     params: Iterable[Tensor]) -> object:
+    """What rank 0's `read` returns (the newest checkpoint, or None), on every rank, so no
+    disk need be shared; `read` is None on the other ranks. A checkpoint rank 0 cannot use
+    fails every rank alike. With none, rank 0's initial weights go to every rank (they are
+    equal anyway)."""
+    payload: object = None
+    if read is not None:
+        try:
+            payload = read()
+        except CheckpointError as exc:
+            payload = f"error: {exc}"
+    payload = comm.broadcast_object(payload)
+    if isinstance(payload, str):
+        raise CheckpointError(payload.removeprefix("error: "))
+    if payload is None:
+        with torch.no_grad():
+            comm.broadcast_([p.data for p in params])
+    return payload

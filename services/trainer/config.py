@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -47,6 +48,7 @@ class TrainerConfig(BaseModel):
     threads: int = Field(default=1, ge=1)  # torch intra-op CPU threads per rank
     rendezvous_timeout: float = Field(default=300.0, gt=0)  # also the collective timeout
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    data: str | None = None  # a real dataset (services/trainer/datasets.py); None: synthetic
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainerConfig:
@@ -69,6 +71,8 @@ class TrainerConfig(BaseModel):
             raise ValueError("--report file:PATH needs a path")
         if self.report_every == 0 and self.report_interval == 0:
             raise ValueError("--report-every and --report-interval cannot both be 0")
+        if self.data is not None and not Path(self.data).exists():
+            raise ValueError(f"--data {self.data}: no such file or directory")
         if self.backend == "nccl" and self.device == "cpu":
             raise ValueError("--backend nccl needs --device cuda (or auto on a GPU node)")
         if self.backend == "horovod" and importlib.util.find_spec("horovod") is None:
@@ -82,6 +86,8 @@ class TrainerConfig(BaseModel):
         """The command line that parses back to this config (for the node agent)."""
         argv: list[str] = []
         for name, value in self.model_dump().items():
+            if value is None:
+                continue  # an optional flag left out
             argv += [f"--{name.replace('_', '-')}", str(value)]
         return argv
 
@@ -113,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument("--rendezvous-timeout", type=float, default=300.0,
                       help="seconds to wait for peers, also per collective (default 300)")
     run = p.add_argument_group("run")
+    run.add_argument("--data", metavar="PATH",
+                     help="train on a real dataset: CIFAR-10 binary batches or an image folder "
+                          "(cnn), WikiText raw text (transformer); default synthetic data")
     run.add_argument("--seed", type=int, default=0,
                      help="initial weights and the synthetic data stream (default 0)")
     run.add_argument("--fast-forward", type=int, default=0, metavar="K",

@@ -11,6 +11,10 @@ class BackendUnavailable(RuntimeError):
     """The requested backend or device cannot run here (not installed, no GPU). Permanent."""
 
 
+class DatasetError(ValueError):
+    """The dataset path is missing, corrupt or not the form the workload reads. Permanent."""
+
+
 class TrainingFailed(RuntimeError):
     """A launch failed; carries the iteration it had reached (None before `started`)."""
 
@@ -20,4 +24,4 @@ class TrainingFailed(RuntimeError):
         self.cause = cause
 
 
-PERMANENT: tuple[type[Exception], ...] = (CheckpointError, BackendUnavailable)
+PERMANENT: tuple[type[Exception], ...] = (CheckpointError, BackendUnavailable, DatasetError)

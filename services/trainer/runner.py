@@ -10,7 +10,6 @@ workload does, so the stage times are device times.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -31,7 +30,8 @@ from services.trainer.accounting import (
     Window,
     derive_seed,
 )
-from services.trainer.comm import Communicator
+from services.trainer.checkpoint import param_digest
+from services.trainer.comm import Communicator, share_from_rank0
 from services.trainer.config import TrainerConfig
 from services.trainer.errors import TrainingFailed
 from services.trainer.protocol import (
@@ -76,7 +76,7 @@ class Trainer:
         self.t_main = t_main
         self.rank = comm.rank
         self.world = comm.world_size
-        self.workload = workloads.make(cfg.model, cfg.seed)
+        self.workload = workloads.make(cfg.model, cfg.seed, cfg.data)
         self.model = self.workload.init_model(cfg.seed).to(device)
         self.optimizer = self.workload.optimizer(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -93,25 +93,9 @@ class Trainer:
     def restore(self) -> None:
         """Rank 0 reads the checkpoint, if any, and sends it to every rank (no shared disk
         needed); without one, rank 0's initial weights are broadcast (they are equal anyway)."""
-        payload: object = None
-        if self.rank == 0:
-            try:
-                obj = checkpoint.load(self.cfg.checkpoint_dir)
-                if obj is not None:
-                    meta, _, _ = checkpoint.unpack(obj)
-                    checkpoint.check_compatible(
-                        meta, job_id=self.cfg.job_id, model=self.cfg.model,
-                        seed=self.cfg.seed, batch_size=self.cfg.batch_size,
-                    )
-                payload = obj
-            except checkpoint.CheckpointError as exc:
-                payload = f"error: {exc}"
-        payload = self.comm.broadcast_object(payload)
-        if isinstance(payload, str):
-            raise checkpoint.CheckpointError(payload.removeprefix("error: "))
+        payload = share_from_rank0(self.comm, self._read if self.rank == 0 else None,
+                                   self.params)
         if payload is None:
-            with torch.no_grad():
-                self.comm.broadcast_([p.data for p in self.params])
             return
         meta, model_state, optim_state = checkpoint.unpack(payload)
         try:
@@ -123,6 +107,17 @@ class Trainer:
         self.skipped = meta.skipped_iterations
         self.loss = meta.loss
         self.checkpoint_world = meta.world_size
+
+    def _read(self) -> object:
+        """The newest checkpoint, checked against this job (rank 0)."""
+        obj = checkpoint.load(self.cfg.checkpoint_dir)
+        if obj is not None:
+            meta, _, _ = checkpoint.unpack(obj)
+            checkpoint.check_compatible(
+                meta, job_id=self.cfg.job_id, model=self.cfg.model,
+                seed=self.cfg.seed, batch_size=self.cfg.batch_size,
+            )
+        return obj
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -316,11 +311,3 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-
-def param_digest(params: list[torch.nn.Parameter]) -> str:
-    """SHA-256 (16 hex digits) of the parameters' bytes, in order."""
-    h = hashlib.sha256()
-    for p in params:
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
