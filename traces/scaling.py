@@ -40,8 +40,12 @@ def load_scaling(gpu_type: str) -> ScalingTable:
     """The bundled table for `gpu_type` (A100 or T4)."""
     if gpu_type not in GPU_TYPES:
         raise ValueError(f"--gpu-type {gpu_type!r}: known types are {', '.join(GPU_TYPES)}")
-    folder = DATA_DIR / "elasticflow" / f"throughputs_{gpu_type}"
-    return ScalingTable(gpu_type, {p.stem: _read(p) for p in sorted(folder.glob("*.csv"))})
+    return read_folder(DATA_DIR / "elasticflow" / f"throughputs_{gpu_type}", gpu_type)
+
+
+def read_folder(folder: Path, name: str) -> ScalingTable:
+    """Every `<model>.csv` of `folder` (a bundled table, or `loom profile`'s measured one)."""
+    return ScalingTable(name, {p.stem: _read(p) for p in sorted(folder.glob("*.csv"))})
 
 
 def _read(path: Path) -> dict[int, Curve]:

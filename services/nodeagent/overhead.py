@@ -6,20 +6,33 @@ The research simulators disagree, and the choice changes results (algorithms.md 
   says (Muri's calibration factor 1.015);
 - `elasticflow`: 2 s at every event, plus a restart of (log2 g + 1) × 2 s + 27 s whenever a job
   (re)starts on new GPUs (ElasticFlow's `estimate_overhead`, simplified: issue 5 refines it);
+- `elasticflow-baseline`: (log2 g + 1) × 2 s + 2 s whenever a job (re)starts, nothing per
+  event: how ElasticFlow's artifact charges the baselines it compares against (dlas-gpu,
+  themis: `estimate_overhead` at a start, with the executor cache's 27 s restart only at
+  every 60th scheduling event, which this model leaves out);
 - `flat:S`: S seconds each time a job (re)starts (Pollux/Sia use 30 s);
-- `none`: nothing (Gavel's and Blox's simulators).
+- `none`: nothing (Gavel's and Blox's simulators);
+- `profile:FILE`: what `loom profile` measured on the real trainers (`overheads.json`): a
+  (re)started job of a profiled workload loses its measured restart time at that GPU count
+  (the nearest profiled count below, else above); nothing per event. A model the file does not
+  cover loses the largest restart time in the file, so an unprofiled job is never free.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.interleave import group_iteration_time
+from services.trainer.catalog import FAMILIES, for_trace_model
+
+OVERHEADS_FORMAT = "loom.overheads.v1"  # `loom profile`'s overheads.json
 
 # Muri run_sim.py: measured start overhead in seconds, by GPU count and model.
 _MURI_OVERHEAD: dict[int, dict[str, float]] = {
@@ -49,6 +62,8 @@ class OverheadModel:
     name: str
     kind: str
     flat_s: float = 0.0
+    # kind "profile": workload → GPU count → measured restart seconds
+    measured: Mapping[str, Mapping[int, float]] = field(default_factory=dict, compare=False)
 
     def iteration_time(self, spec: JobSpec, gpu_type: str | None = None,
                        gpus: int | None = None) -> float:
@@ -78,13 +93,28 @@ class OverheadModel:
             return self.flat_s
         if self.kind == "elasticflow":
             return (math.log2(gpus or spec.gpus) + 1) * 2.0 + 27.0
+        if self.kind == "elasticflow-baseline":
+            return (math.log2(gpus or spec.gpus) + 1) * 2.0 + 2.0
+        if self.kind == "profile":
+            return self._measured_restart(spec.model, gpus or spec.gpus)
         return 0.0
+
+    def _measured_restart(self, model: str, gpus: int) -> float:
+        family = model if model in FAMILIES else for_trace_model(model)
+        by_count = self.measured.get(family or "")
+        if not by_count:
+            return max(s for counts in self.measured.values() for s in counts.values())
+        below = [g for g in by_count if g <= gpus]
+        return by_count[max(below)] if below else by_count[min(by_count)]
 
 
 def parse_overhead(text: str) -> OverheadModel:
-    """`none`, `muri`, `elasticflow` or `flat:SECONDS`."""
-    if text in ("none", "muri", "elasticflow"):
+    """`none`, `muri`, `elasticflow`, `elasticflow-baseline`, `flat:SECONDS` or `profile:FILE`."""
+    if text in ("none", "muri", "elasticflow", "elasticflow-baseline"):
         return OverheadModel(text, text)
+    if text.startswith("profile:"):
+        return OverheadModel(text, "profile", measured=load_measured_overheads(
+            Path(text.removeprefix("profile:"))))
     if text.startswith("flat:"):
         try:
             seconds = float(text.removeprefix("flat:"))
@@ -94,8 +124,43 @@ def parse_overhead(text: str) -> OverheadModel:
             raise ValueError(f"--overhead {text!r}: SECONDS must be finite and ≥ 0")
         return OverheadModel(text, "flat", seconds)
     raise ValueError(
-        f"unknown overhead model {text!r}; use none, muri, elasticflow or flat:SECONDS"
+        f"unknown overhead model {text!r}; use none, muri, elasticflow, elasticflow-baseline, "
+        "flat:SECONDS or profile:FILE"
     )
+
+
+def load_measured_overheads(path: Path) -> dict[str, dict[int, float]]:
+    """Restart seconds per workload and GPU count from `loom profile`'s overheads.json."""
+    where = f"--overhead profile:{path}"
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(raw, dict) or raw.get("format") != OVERHEADS_FORMAT:
+        raise ValueError(f"{where}: expected an object with \"format\": \"{OVERHEADS_FORMAT}\" "
+                         f"(written by `loom profile`)")
+    workloads = raw.get("workloads")
+    if not isinstance(workloads, dict) or not workloads:
+        raise ValueError(f"{where}: \"workloads\" must map a workload to its overheads")
+    out: dict[str, dict[int, float]] = {}
+    for name, entry in workloads.items():
+        restart = entry.get("restart_s") if isinstance(entry, dict) else None
+        if not isinstance(restart, dict) or not restart:
+            raise ValueError(f"{where}: workloads.{name}.restart_s must map GPU counts to "
+                             f"seconds")
+        counts: dict[int, float] = {}
+        for gpus, seconds in restart.items():
+            ok_count = isinstance(gpus, str) and gpus.isdigit() and int(gpus) >= 1
+            ok_seconds = (isinstance(seconds, int | float) and not isinstance(seconds, bool)
+                          and math.isfinite(seconds) and seconds >= 0)
+            if not (ok_count and ok_seconds):
+                raise ValueError(f"{where}: workloads.{name}.restart_s[{gpus!r}] = "
+                                 f"{seconds!r}; need a GPU count >= 1 and finite seconds >= 0")
+            counts[int(gpus)] = float(seconds)
+        out[name] = counts
+    return out
 
 
 def advance(remaining: float, last: float, ready_at: float, now: float, iteration_s: float,

@@ -4,7 +4,9 @@ A `Workload` is a model factory, a batch generator and a loss. The synthetic tas
 templates, a Markov chain, an environment) is drawn once from the job's seed; the batch of
 iteration i is drawn from `derive_seed(seed, STREAM, i)` for the whole global batch, and each
 rank trains on its contiguous slice. So the data stream depends only on (seed, global batch,
-iteration): a resumed or resized job sees exactly the batches it would have seen.
+iteration): a resumed or resized job sees exactly the batches it would have seen. Given a
+dataset path (`datasets.py`), `cnn` trains on CIFAR-10 or an image folder and `transformer` on
+WikiText, drawing each batch's examples from the same per-iteration generator.
 
 No dropout, no batch norm: a step is a deterministic function of the weights, the optimizer
 state and the batch, so a checkpoint (weights + optimizer state + iteration) resumes exactly,
@@ -15,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from services.trainer import datasets
 from services.trainer.accounting import INIT, WORLD, derive_seed
 from services.trainer.catalog import FAMILIES
+from services.trainer.errors import DatasetError
 from services.trainer.optim import Adam
 
 Batch = tuple[Tensor, ...]
@@ -61,11 +66,20 @@ class SmallCNN(nn.Module):
         self.head = nn.Linear(32 * 4 * 4, classes)
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.head(self.features(x).flatten(1))
+        # 16×16 synthetic images are already 4×4 here; larger real images are pooled to it.
+        out: Tensor = self.head(F.adaptive_avg_pool2d(self.features(x), 4).flatten(1))
         return out
 
 
-def _cnn(seed: int) -> Workload:
+def _classify(model: nn.Module, batch: Batch) -> Tensor:
+    images, labels = batch
+    return F.cross_entropy(model(images), labels)
+
+
+def _cnn(seed: int, data: Path | None = None) -> Workload:
+    if data is not None:
+        images = datasets.load_images(data)
+        return Workload("cnn", 3e-3, lambda: SmallCNN(images.classes), images.batch, _classify)
     templates = torch.randn(10, 3, 16, 16, generator=_world(seed))
 
     def make_batch(gen: torch.Generator, n: int) -> Batch:
@@ -73,11 +87,7 @@ def _cnn(seed: int) -> Workload:
         images = templates[labels] + 2.0 * torch.randn(n, 3, 16, 16, generator=gen)
         return images, labels
 
-    def loss(model: nn.Module, batch: Batch) -> Tensor:
-        images, labels = batch
-        return F.cross_entropy(model(images), labels)
-
-    return Workload("cnn", 3e-3, SmallCNN, make_batch, loss)
+    return Workload("cnn", 3e-3, SmallCNN, make_batch, _classify)
 
 
 # --- transformer: causal language model (BERT/GPT-2) -----------------------------------------
@@ -104,7 +114,18 @@ class TinyLM(nn.Module):
         return out
 
 
-def _transformer(seed: int, vocab: int = 64, seq: int = 32) -> Workload:
+def _lm_loss(model: nn.Module, batch: Batch) -> Tensor:
+    inputs, targets = batch
+    logits: Tensor = model(inputs)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _transformer(seed: int, data: Path | None = None, vocab: int = 64,
+                 seq: int = 32) -> Workload:
+    if data is not None:
+        text = datasets.load_text(data, seq)
+        size = len(text.vocab)
+        return Workload("transformer", 3e-3, lambda: TinyLM(size, seq), text.batch, _lm_loss)
     successor = torch.randint(0, vocab, (vocab,), generator=_world(seed))
 
     def make_batch(gen: torch.Generator, n: int) -> Batch:
@@ -117,12 +138,7 @@ def _transformer(seed: int, vocab: int = 64, seq: int = 32) -> Workload:
             tokens[:, i + 1] = torch.where(keep[:, i], successor[tokens[:, i]], noise[:, i])
         return tokens[:, :-1], tokens[:, 1:]
 
-    def loss(model: nn.Module, batch: Batch) -> Tensor:
-        inputs, targets = batch
-        logits: Tensor = model(inputs)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-    return Workload("transformer", 3e-3, TinyLM, make_batch, loss)
+    return Workload("transformer", 3e-3, TinyLM, make_batch, _lm_loss)
 
 
 # --- lstm: sequence classification (Gavel's LM, DeepSpeech2) ---------------------------------
@@ -140,7 +156,8 @@ class LSTMClassifier(nn.Module):
         return out
 
 
-def _lstm(seed: int, vocab: int = 32, seq: int = 24, classes: int = 4) -> Workload:
+def _lstm(seed: int, data: Path | None = None, vocab: int = 32, seq: int = 24,
+          classes: int = 4) -> Workload:
     # Each class has its own token distribution; the label is the class a sequence came from.
     dists = torch.softmax(2.0 * torch.randn(classes, vocab, generator=_world(seed)), dim=1)
 
@@ -172,7 +189,7 @@ class ActorCritic(nn.Module):
         return logits, value.squeeze(-1)
 
 
-def _rl(seed: int, obs_dim: int = 8, actions: int = 4) -> Workload:
+def _rl(seed: int, data: Path | None = None, obs_dim: int = 8, actions: int = 4) -> Workload:
     # A contextual bandit: reward 1 for the action a hidden linear map prefers, else 0. The agent
     # learns from sampled actions and rewards only (advantage actor-critic, one-step episodes).
     env = torch.randn(obs_dim, actions, generator=_world(seed))
@@ -203,7 +220,7 @@ def _rl(seed: int, obs_dim: int = 8, actions: int = 4) -> Workload:
     return Workload("rl", 1e-2, ActorCritic, make_batch, loss)
 
 
-REGISTRY: dict[str, Callable[[int], Workload]] = {
+REGISTRY: dict[str, Callable[[int, Path | None], Workload]] = {
     "cnn": _cnn,
     "transformer": _transformer,
     "lstm": _lstm,
@@ -212,11 +229,19 @@ REGISTRY: dict[str, Callable[[int], Workload]] = {
 assert REGISTRY.keys() == FAMILIES.keys()
 
 
-def make(name: str, seed: int) -> Workload:
-    """The workload `name` with its synthetic task drawn from `seed`."""
+# Workloads that read a real dataset when given a path (the others only have synthetic data).
+REAL_DATA = {"cnn": "CIFAR-10 binary batches or an image folder", "transformer": "WikiText raw"}
+
+
+def make(name: str, seed: int, data: str | Path | None = None) -> Workload:
+    """The workload `name`: its synthetic task drawn from `seed`, or the dataset at `data`."""
     try:
         factory = REGISTRY[name]
     except KeyError:
         known = ", ".join(REGISTRY)
         raise ValueError(f"unknown workload {name!r}: choose one of {known}") from None
-    return factory(seed)
+    if data is not None and name not in REAL_DATA:
+        readers = "; ".join(f"{k}: {v}" for k, v in REAL_DATA.items())
+        raise DatasetError(f"--data {data}: workload {name!r} has only synthetic data "
+                           f"(real datasets: {readers})")
+    return factory(seed, None if data is None else Path(data))

@@ -197,7 +197,7 @@ def test_start_announces_the_inventory_and_heartbeats_carry_telemetry_and_jobs()
     core.handle(command(N0, 1, (launch("j", ((N0, (0,)),)),)), 0.0)  # type: ignore[arg-type]
     sample = GpuSample(uuid="GPU-0-a", utilization_ratio=0.5, memory_used_bytes=7)
     assert bodies(core.on_telemetry([sample])) == [
-        NodeHeartbeat(node_id=N0, gpus=(sample,), jobs=("j",))]
+        NodeHeartbeat(node_id=N0, gpus=(sample,), jobs=("j",), interval_s=SETTINGS.heartbeat_s)]
 
 
 @pytest.mark.parametrize(("colocated", "share"), [((), None), (("j",), None),
