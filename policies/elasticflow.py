@@ -62,6 +62,8 @@ from functools import cache
 from itertools import compress
 from typing import ClassVar, Literal
 
+import numpy as np
+
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot
 from policies.edf import align_to_slot
 from schemas.status import Status, StatusCode
@@ -119,7 +121,22 @@ class Need:
         object.__setattr__(self, "fit", _fit_table(levels))
 
     @classmethod
-    def of(cls, job: JobView) -> Need:
+    def of(cls, job: JobView, known: dict[str, Mapping[int, float]] | None = None) -> Need:
+        """The job's need now; `known` keeps each job's speeds (fixed by its spec) between
+        cycles."""
+        deadline = job.spec.deadline_s
+        late = NO_DEADLINE if deadline is None or job.spec.best_effort else deadline
+        rate = known.get(job.job_id) if known is not None else None
+        if rate is None:
+            rate = cls.speeds(job)
+            if known is not None:
+                known[job.job_id] = rate
+        # Active jobs always have work left; a rounding remainder is still work to plan.
+        return cls(job.job_id, max(job.remaining_iterations, 1e-9), late, rate)
+
+    @staticmethod
+    def speeds(job: JobView) -> dict[int, float]:
+        """Iterations/s of the whole job at each GPU count it may use."""
         spec = job.spec
         cap = artifact_max_gpus(spec.model, spec.batch_size) if spec.scaling else spec.gpus
         rate: dict[int, float] = {}
@@ -130,10 +147,7 @@ class Need:
         if not rate:  # a cap below every level of the table: its smallest level
             g = spec.gpu_levels[0]
             rate[g] = 1.0 / spec.iteration_time_at(g)
-        deadline = spec.deadline_s
-        late = NO_DEADLINE if deadline is None or spec.best_effort else deadline
-        # Active jobs always have work left; a rounding remainder is still work to plan.
-        return cls(job.job_id, max(job.remaining_iterations, 1e-9), late, rate)
+        return rate
 
     def next_level(self, gpus: int) -> int:
         """The next larger GPU count (the smallest from 0); `gpus` itself at the top."""
@@ -433,10 +447,20 @@ def _lay_forward(need: Need, free: Steps, ts: list[float], vs: list[int],
                    (ts, vs))
 
 
-def plan_all(needs: Sequence[Need], now: float, total: int, slot: float
-             ) -> tuple[bool, dict[str, JobPlan], Steps]:
+def plan_all(needs: Sequence[Need], now: float, total: int, slot: float,
+             compiled: bool = True) -> tuple[bool, dict[str, JobPlan], Steps]:
     """Plan jobs in the given (deadline) order from an idle cluster (`estimate_all_jobs`):
-    whether every one meets its deadline, each one's plan, and the profile left."""
+    whether every one meets its deadline, each one's plan, and the profile left.
+    `compiled`: through `policies.elasticflow_kernel` (the same results) when it can."""
+    if compiled and needs and _compilable(needs):
+        from policies import elasticflow_kernel as kernel
+
+        ok, met, alloc_t, alloc_g, end, real_end, plan_ts, plan_vs, fts, fvs = kernel.plan_all(
+            *_need_arrays(needs), *_scalars(now, total, slot))
+        made = {need.job_id: _job_plan(met[i], alloc_t[i], alloc_g[i], end[i], real_end[i],
+                                       plan_ts[i], plan_vs[i])
+                for i, need in enumerate(needs)}
+        return bool(ok), made, (fts.tolist(), fvs.tolist())
     free: Steps = ([now], [total])
     plans: dict[str, JobPlan] = {}
     ok = True
@@ -481,13 +505,16 @@ class Growing:
 
 
 def allocate_leftover(jobs: list[Growing], free: Steps, now: float, total: int, slot: float,
-                      descending: bool = True) -> Steps:
+                      descending: bool = True, compiled: bool = True) -> Steps:
     """Give the GPUs free now to jobs one level at a time by marginal GPU time
     (`allocate_free_gpus`). Reorders `jobs` as the artifact's stable sorts do; returns the
-    final profile.
+    final profile. `compiled`: run `policies.elasticflow_kernel`'s array version (the same
+    results, many times faster) when every job's levels fit its tables.
 
     A job holding no GPU has marginal +∞ whatever its trial plan, so that plan is made only
     if the job is picked (against the same profile the artifact made it against)."""
+    if compiled and jobs and _compilable(job.need for job in jobs):
+        return _allocate_leftover_compiled(jobs, free, now, total, slot, descending)
     spare = free[1][0]
     for job in jobs:
         job.step = job.need.next_level(job.gpus)
@@ -537,6 +564,90 @@ def allocate_leftover(jobs: list[Growing], free: Steps, now: float, total: int, 
     return free
 
 
+def _compilable(needs: Iterable[Need]) -> bool:
+    """Whether the compiled kernel can take these jobs (its tables end at 64 GPUs)."""
+    return all(need.levels[-1] <= _TABLE_MAX for need in needs)
+
+
+NeedArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                   np.ndarray]
+
+
+def _need_arrays(needs: Sequence[Need]) -> NeedArrays:
+    """The kernel's view of the jobs: work, deadline, and rows by GPU count 0 … 64 of speed,
+    the largest level within so many free GPUs, whether a count is a level, and the levels."""
+    rows = [_kernel_rows(tuple(need.rate.items())) for need in needs]
+    speed, fit, levels, is_level = (np.stack([row[k] for row in rows]) for k in range(4))
+    return (np.array([need.left for need in needs], np.float64),
+            np.array([need.deadline for need in needs], np.float64),
+            speed, fit, levels, np.array([len(need.levels) for need in needs], np.int64), is_level)
+
+
+@cache
+def _kernel_rows(rate: tuple[tuple[int, float], ...]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One speed table's rows for the kernel (speed, fit, levels, is-level), made once."""
+    need = Need("", 1.0, 0.0, dict(rate))
+    width = _TABLE_MAX + 1
+    speed = np.zeros(width)
+    fit = np.zeros(width, np.int64)
+    levels = np.zeros(width, np.int64)
+    is_level = np.zeros(width, np.bool_)
+    for g, r in rate:
+        speed[g] = r
+        is_level[g] = True
+    top = len(need.fit) - 1
+    fit[:top + 1] = need.fit
+    fit[top + 1:] = need.fit[top]
+    levels[:len(need.levels)] = need.levels
+    return speed, fit, levels, is_level
+
+
+def _scalars(now: float, total: int, slot: float) -> tuple[float, int, float]:
+    """The kernel's scalar arguments with fixed types: numba compiles once per type
+    combination (an int `now` would cost another ~20 s compile)."""
+    return float(now), int(total), float(slot)
+
+
+def _job_plan(met: bool, alloc_t: np.ndarray, alloc_g: np.ndarray, end: float, real_end: float,
+              ts: np.ndarray, vs: np.ndarray) -> JobPlan:
+    """A kernel plan as a JobPlan (its profile comes merged, so `raw` is `steps`)."""
+    return JobPlan(bool(met), dict(zip(alloc_t.tolist(), alloc_g.tolist(), strict=True)),
+                   float(end), float(real_end), (ts.tolist(), vs.tolist()))
+
+
+def _allocate_leftover_compiled(jobs: list[Growing], free: Steps, now: float, total: int,
+                                slot: float, descending: bool) -> Steps:
+    """`allocate_leftover` through the compiled kernel: jobs and plans to arrays and back."""
+    from policies import elasticflow_kernel as kernel  # numba loads in seconds: only if used
+
+    n = len(jobs)
+    width = max(len(job.plan.alloc) for job in jobs)
+    plan_t = np.zeros((n, width))
+    plan_g = np.zeros((n, width), np.int64)
+    for i, job in enumerate(jobs):
+        plan_t[i, :len(job.plan.alloc)] = list(job.plan.alloc)
+        plan_g[i, :len(job.plan.alloc)] = list(job.plan.alloc.values())
+    (order, gpus, alloc_t, alloc_g, end, real_end, met, plan_ts, plan_vs, fts,
+     fvs) = kernel.allocate_leftover(
+        *_need_arrays([job.need for job in jobs]),
+        np.array([job.gpus for job in jobs], np.int64), plan_t, plan_g,
+        np.array([len(job.plan.alloc) for job in jobs], np.int64),
+        np.array([job.plan.end for job in jobs], np.float64),
+        np.array([job.plan.real_end for job in jobs], np.float64),
+        np.array([job.plan.met for job in jobs], np.bool_), np.array(free[0], np.float64),
+        np.array(free[1], np.int64), *_scalars(now, total, slot), bool(descending))
+    for i, job in enumerate(jobs):
+        job.step = job.need.next_level(int(gpus[i]))
+        job.trial = None
+        if gpus[i] != job.gpus:  # it grew: its plan is the kernel's
+            job.gpus = int(gpus[i])
+            job.plan = _job_plan(met[i], alloc_t[i], alloc_g[i], end[i], real_end[i],
+                                 plan_ts[i], plan_vs[i])
+    jobs[:] = [jobs[i] for i in order]
+    return fts.tolist(), fvs.tolist()
+
+
 class ElasticFlow(Policy):
     name = "elasticflow"
     description = ("ElasticFlow: admission by minimum satisfactory share, elastic scaling, "
@@ -550,6 +661,7 @@ class ElasticFlow(Policy):
         self._order: list[str] = []  # admitted jobs, in the artifact's `runnable_jobs` order
         self._admitted: set[str] = set()
         self._status: dict[str, Status] = {}
+        self._speeds: dict[str, Mapping[int, float]] = {}  # each active job's, by job id
         self.accepted = 0
         self.declined = 0
 
@@ -562,10 +674,11 @@ class ElasticFlow(Policy):
             self._admitted.discard(job_id)
             self._order.remove(job_id)
         self._status.pop(job_id, None)
+        self._speeds.pop(job_id, None)
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         now, total, slot = snap.now, snap.cluster.total_gpus, self.slot_s
-        needs = {jid: Need.of(job) for jid, job in snap.jobs.items()}
+        needs = {jid: Need.of(job, self._speeds) for jid, job in snap.jobs.items()}
         arrived = [jid for jid in snap.jobs if jid not in self._admitted]
         declined: dict[str, str] = {}
         plans: dict[str, JobPlan] | None = None
