@@ -6,6 +6,10 @@
     loom gen-trace  write a synthetic trace drawn as Gavel's or ElasticFlow's generator draws it
     loom policies   list the registered policies
     loom traces     list the bundled traces and clusters
+    loom replay     check an event log against fresh cores, or what-if another policy
+    loom log export write a live JetStream stream as an event log file
+    loom profile    measure workloads with the real trainer: throughput tables, stage times,
+                    restart/resize overheads (for `loom sim --profile`)
 
   live cluster:
     loom up         start NATS, the control plane and local node agents
@@ -32,6 +36,8 @@ from rich.table import Table
 import policies
 from loom import live_cli
 from loom.plots import jct_cdf, jct_vs_load
+from loom.profile import add_profile_command, cmd_profile
+from loom.replay import commands as replay_cli
 from loom.report import results_table, sweep_table, write_run
 from loom.runs import RunSpec, compare, run_one
 from loom.simulate import SimResult
@@ -92,11 +98,18 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="round-based runs: give a finished job's GPUs out at once instead of "
                         "at the end of the round (Gavel's behaviour)")
     p.add_argument("--overhead", type=_overhead,
-                   help="none | muri | elasticflow | flat:SECONDS (default: the trace's origin)")
+                   help="none | muri | elasticflow | elasticflow-baseline | flat:SECONDS | "
+                        "profile:FILE (default: the trace's origin; with --profile, its "
+                        "overheads.json)")
+    p.add_argument("--profile", dest="measured", metavar="DIR",
+                   help="a `loom profile` folder: jobs of profiled workloads run at the measured "
+                        "speeds and stage times instead of the trace's constants")
     p.add_argument("--placement", choices=SCHEMES,
                    help="placement scheme (default: the policy's); yarn = the research "
                         "simulators' first-fit re-pack, for compatibility runs")
     p.add_argument("--seed", type=int, default=0, help="seed for any randomness (default 0)")
+    p.add_argument("--tenants", help="tenants file (TOML or JSON): weight, max_gpus, "
+                                     "max_queued per tenant (default: no limits)")
     p.add_argument("--log-level", default="warning", help="service log level (default warning)")
 
 
@@ -121,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(sim)
     sim.add_argument("--policy", required=True, help="a registered policy (see `loom policies`)")
     sim.add_argument("--out", type=Path, help="output directory (default runs/<trace>-<policy>)")
+    sim.add_argument("--log", type=Path, help="also write the run's event log to this file "
+                                              "(.gz: gzipped; see `loom replay`)")
 
     cmp_ = sub.add_parser("compare", help="simulate several policies on one trace")
     _add_run_options(cmp_)
@@ -128,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", type=Path, help="output directory (default runs/<trace>-compare)")
     cmp_.add_argument("--processes", type=int, default=0,
                       help="parallel processes (default: one per policy, up to the CPU count)")
+    cmp_.add_argument("--log", type=Path,
+                      help="also write each run's event log to DIR/<policy>.eventlog.gz")
 
     sweep = sub.add_parser(
         "sweep", help="avg JCT against input job rate on synthetic Gavel traces",
@@ -183,9 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     ef.add_argument("--max-gpus", type=int, help="most GPUs for a job (default 16)")
     gen.add_argument("--out", type=Path, required=True, help="trace file to write")
 
+    add_profile_command(sub)
     sub.add_parser("policies", help="list registered policies")
     sub.add_parser("traces", help="list bundled traces and clusters")
     live_cli.add_live_commands(sub, _positive, _overhead)
+    replay_cli.add_commands(sub, _positive, _overhead)
     return parser
 
 
@@ -200,7 +219,7 @@ def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
         free_at_once=args.free_at_once, gpu_type=args.gpu_type,
         placement=args.placement, seed=args.seed,
         log_level=args.log_level, gpus_per_server=args.gpus_per_server,
-        throughputs=args.throughputs,
+        throughputs=args.throughputs, tenants=args.tenants, measured=args.measured,
     )
 
 
@@ -214,6 +233,8 @@ def _title(summary: dict[str, object]) -> str:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     spec = _spec(args, args.policy)
+    if args.log is not None:
+        spec = replay_cli.logged(spec, args.log)
     spec.validate()
     dest = args.out or Path("runs") / f"{_slug(Path(args.trace).name)}-{args.policy}"
     result = run_one(spec, progress=True)
@@ -231,6 +252,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--policies lists a policy twice: {args.policies}")
     specs = [_spec(args, name) for name in names]
+    if args.log is not None:
+        specs = [replay_cli.logged(s, args.log / f"{s.policy}.eventlog.gz") for s in specs]
     for s in specs:
         s.validate()
     dest = args.out or Path("runs") / f"{_slug(Path(args.trace).name)}-compare"
@@ -410,7 +433,8 @@ def cmd_traces(_: argparse.Namespace) -> int:
 
 COMMANDS = {"sim": cmd_sim, "compare": cmd_compare, "sweep": cmd_sweep,
             "gen-trace": cmd_gen_trace, "policies": cmd_policies, "traces": cmd_traces,
-            **live_cli.COMMANDS}
+            "profile": cmd_profile,
+            **live_cli.COMMANDS, **replay_cli.COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,8 +23,13 @@ from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import encode
 from schemas.events import OperatorCommand, envelope
+from schemas.job import SubmitJob
+from schemas.tenants import load_tenants
 from services.runtime.bus import MSG_ID
+from services.runtime.nats_auth import NatsAuth
+from services.runtime.nats_auth import add_arguments as add_nats_auth
 from services.runtime.nats_live import ensure_stream, server_list
+from services.scheduler.liveness import LivenessConfig, RetryPolicy
 from traces import load_cluster, load_trace
 
 URL_HELP = ("NATS server(s), comma-separated (default: $LOOM_NATS_URL, else the `loom up` "
@@ -48,6 +53,8 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     s.add_argument("--origin", type=float,
                    help="Unix time at which cluster time 0 starts (default: use Unix time)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--tenants", help="scheduler: tenants file (TOML or JSON): weight, "
+                                     "max_gpus, max_queued per tenant (default: no limits)")
     s.add_argument("--prometheus-port", type=int,
                    help="metrics: serve Prometheus /metrics on PORT")
     s.add_argument("--prometheus-addr", default="127.0.0.1",
@@ -56,6 +63,12 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     s.add_argument("--stream-replicas", type=int, default=1,
                    help="copies of the event stream when creating it on a NATS cluster "
                         "(default 1; 3 on a 3-server cluster)")
+    s.add_argument("--replica", help="scheduler: this replica's id; replicas elect a leader "
+                   "with a lease in JetStream KV, the others stand by")
+    s.add_argument("--lease-s", type=positive, default=6.0,
+                   help="scheduler replicas: lease duration in seconds (default 6)")
+    s.add_argument("--renew-s", type=positive, default=2.0,
+                   help="scheduler replicas: renew/poll the lease every S seconds (default 2)")
     agent = s.add_argument_group("nodeagent")
     agent.add_argument("--trainers", choices=("pytorch", "simulated"), default="pytorch",
                        help="pytorch: run real trainer processes (default); simulated: "
@@ -74,7 +87,28 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     agent.add_argument("--advertise-addr", default="127.0.0.1",
                        help="this node's address as other nodes' trainers reach it (rank 0 "
                             "of a job led here listens on it; default 127.0.0.1, one machine)")
+    faults = s.add_argument_group("scheduler: node faults")
+    faults.add_argument("--node-misses", type=int, default=3, metavar="N",
+                        help="a node that misses N heartbeats is lost: its jobs are requeued "
+                             "(default 3)")
+    faults.add_argument("--retry-attempts", type=int, default=3, metavar="N",
+                        help="a job fails for good at its trainer's Nth failure (default 3)")
+    faults.add_argument("--retry-base-s", type=float, default=10.0,
+                        help="backoff before the first retry (default 10)")
+    faults.add_argument("--retry-factor", type=float, default=2.0,
+                        help="backoff growth per failure (default 2)")
+    faults.add_argument("--retry-cap-s", type=float, default=300.0,
+                        help="longest backoff (default 300)")
+    faults.add_argument("--retry-jitter", type=float, default=0.0,
+                        help="spread each backoff by up to this fraction, seeded by --seed "
+                             "(default 0)")
+    agent.add_argument("--heartbeat-s", type=positive, default=5.0,
+                       help="seconds between heartbeats (default 5)")
+    agent.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                       help="trainers also checkpoint every N iterations, so a job lost with "
+                            "its node resumes from there (default 0: only when stopped)")
     s.add_argument("--log-level", default="info", help="log level (default info)")
+    add_nats_auth(s)
 
     u = sub.add_parser("up", help="start NATS, the control plane and local node agents")
     u.add_argument("--nats-url", help="use this NATS server (default: start an embedded one)")
@@ -85,6 +119,7 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     u.add_argument("--gpu-type", default="fake", help="with --local-nodes: GPU type name")
     u.add_argument("--policy", default="fifo", help="scheduling policy (default fifo)")
     u.add_argument("--round-s", type=positive, help="re-plan every S seconds")
+    u.add_argument("--tenants", help="tenants file for the scheduler (TOML or JSON)")
     u.add_argument("--overhead", type=overhead, default="none")
     u.add_argument("--time-scale", type=positive, default=1.0,
                    help="cluster seconds per wall second for simulated trainers (default 1)")
@@ -94,6 +129,7 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                         "ones (time-scaled)")
     u.add_argument("--prometheus-port", type=int, default=9464,
                    help="Prometheus /metrics of the metrics service (default 9464; 0: off)")
+    add_nats_auth(u)
 
     m = sub.add_parser("submit", help="submit a job to a live cluster; prints its id")
     m.add_argument("--nats-url", default=default_url(), help=URL_HELP)
@@ -105,6 +141,16 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     m.add_argument("--deadline-in", type=positive, help="deadline, seconds from now")
     m.add_argument("--tenant", default="default")
     m.add_argument("--job-id", help="default: a new random id")
+    add_nats_auth(m)
+    run = m.add_argument_group("your own command (docs/sdk.md)")
+    run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="extra environment for the command (repeatable)")
+    run.add_argument("--cwd", help="the command's working directory (absolute)")
+    run.add_argument("--progress-regex", help="read progress from stdout lines matching this "
+                     "(named groups iteration, loss); default: LOOM_PROGRESS iteration=N ...")
+    run.add_argument("--command", dest="argv", nargs=argparse.REMAINDER, metavar="ARGV",
+                     help="run this per GPU instead of Loom's trainer; it takes the rest of "
+                          "the line, so give it last")
 
     d = sub.add_parser("demo", help="a local cluster running six real PyTorch jobs, with "
                                     "preemption and resume, then a summary")
@@ -121,10 +167,12 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
         op.add_argument("--nats-url", default=default_url(), help=URL_HELP)
         if name == "drain":
             op.add_argument("--undo", action="store_true", help="take new work again")
+        add_nats_auth(op)
 
     st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
     st.add_argument("--nats-url", default=default_url(), help=URL_HELP)
     st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
+    add_nats_auth(st)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -141,7 +189,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         grace_s=args.grace_s, fast_forward=args.fast_forward,
                         prometheus_addr=args.prometheus_addr,
                         advertise_addr=args.advertise_addr,
-                        stream_replicas=args.stream_replicas)
+                        stream_replicas=args.stream_replicas, auth=NatsAuth.from_args(args),
+                        heartbeat_s=args.heartbeat_s,
+                        checkpoint_every=args.checkpoint_every,
+                        liveness=LivenessConfig(misses=args.node_misses),
+                        retry=RetryPolicy(max_attempts=args.retry_attempts,
+                                          base_s=args.retry_base_s, factor=args.retry_factor,
+                                          cap_s=args.retry_cap_s, jitter=args.retry_jitter,
+                                          seed=args.seed),
+                        tenants=load_tenants(args.tenants) if args.tenants else None,
+                        replica=args.replica, lease_s=args.lease_s, renew_s=args.renew_s)
     return asyncio.run(serve(opts))
 
 
@@ -162,8 +219,17 @@ def cmd_up(args: argparse.Namespace) -> int:
                          time_scale=args.time_scale, local_nodes=args.local_nodes is not None,
                          log_level=args.log_level, prometheus_port=args.prometheus_port or None,
                          trainers=args.trainers, gpus_per_node=args.gpus_per_node,
-                         state_dir=Path(tmp))
+                         state_dir=Path(tmp), auth=NatsAuth.from_args(args),
+                         tenants=_checked_tenants(args.tenants))
         return asyncio.run(up(opts))
+
+
+def _checked_tenants(path: str | None) -> str | None:
+    """Fail in `loom up` itself on a bad tenants file; the scheduler process reads it again."""
+    if path is None:
+        return None
+    load_tenants(path)
+    return str(Path(path).resolve())
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -173,12 +239,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 async def _submit(args: argparse.Namespace, job_id: str) -> str:
+    body: dict[str, Any] = {"job_id": job_id, "tenant": args.tenant, "model": args.model,
+                            "gpus": args.gpus, "iterations": args.iterations,
+                            "iteration_time_s": args.iteration_time}
+    if args.argv:
+        body["command"] = args.argv
+        if args.env:
+            body["env"] = dict(_pair(e) for e in args.env)
+        for key in ("cwd", "progress_regex"):
+            if getattr(args, key) is not None:
+                body[key] = getattr(args, key)
+    elif args.env or args.cwd or args.progress_regex:
+        raise ValueError("--env, --cwd and --progress-regex need --command")
+    SubmitJob.model_validate(body)  # a bad job is refused here, not dead-lettered there
     nc = await nats.connect(servers=server_list(args.nats_url), connect_timeout=5,
-                            max_reconnect_attempts=0)
+                            max_reconnect_attempts=0,
+                            **NatsAuth.from_args(args).connect_kwargs())
     try:
-        body: dict[str, Any] = {"job_id": job_id, "tenant": args.tenant, "model": args.model,
-                                "gpus": args.gpus, "iterations": args.iterations,
-                                "iteration_time_s": args.iteration_time}
         if args.deadline_in is not None:
             state = await _state(nc)
             body["deadline_s"] = state["now"] + args.deadline_in
@@ -193,6 +270,13 @@ async def _submit(args: argparse.Namespace, job_id: str) -> str:
         await nc.close()
 
 
+def _pair(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq:
+        raise ValueError(f"--env {text!r}: use NAME=VALUE")
+    return name, value
+
+
 async def _state(nc: Any, service: str = "scheduler") -> dict[str, Any]:
     try:
         reply = await nc.request(control_subject(service), b"", timeout=5)
@@ -205,15 +289,16 @@ async def _state(nc: Any, service: str = "scheduler") -> dict[str, Any]:
 def cmd_operator(args: argparse.Namespace) -> int:
     command = "undrain" if args.command == "drain" and args.undo else args.command
     print(asyncio.run(_operate(args.nats_url, command, getattr(args, "job", None),
-                               getattr(args, "node", None), getattr(args, "policy", None))))
+                               getattr(args, "node", None), getattr(args, "policy", None),
+                               NatsAuth.from_args(args))))
     return 0
 
 
 async def _operate(url: str, command: str, job: str | None, node: str | None,
-                   policy: str | None) -> str:
+                   policy: str | None, auth: NatsAuth | None = None) -> str:
     """Check the target against the scheduler's state, send the command, await its effect."""
     nc = await nats.connect(servers=server_list(url), connect_timeout=5,
-                            max_reconnect_attempts=0)
+                            max_reconnect_attempts=0, **(auth or NatsAuth()).connect_kwargs())
     try:
         state = await _state(nc)
         jobs = {j["job_id"]: j for j in state["jobs"]}
@@ -255,7 +340,7 @@ def _applied(state: dict[str, Any], command: str, job: str | None, node: str | N
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    state = asyncio.run(_status(args.nats_url))
+    state = asyncio.run(_status(args.nats_url, NatsAuth.from_args(args)))
     if args.json:
         print(json.dumps(state, indent=2))
         return 0
@@ -274,9 +359,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _status(url: str) -> dict[str, Any]:
+async def _status(url: str, auth: NatsAuth | None = None) -> dict[str, Any]:
     nc = await nats.connect(servers=server_list(url), connect_timeout=5,
-                            max_reconnect_attempts=0)
+                            max_reconnect_attempts=0, **(auth or NatsAuth()).connect_kwargs())
     try:
         return await _state(nc)
     finally:

@@ -22,8 +22,8 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from loom.simulate import make_scheduler
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuInfo, GpuLink, NodeInfo
 from schemas.job import JobSpec, JobState
+from schemas.tenants import TenantsConfig
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
 from services.metrics.prometheus import registry_for, serve_http
@@ -44,10 +45,14 @@ from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
 from services.runtime.clock import WallClock
 from services.runtime.logging import get_logger
+from services.runtime.nats_auth import NatsAuth
 from services.runtime.nats_live import NatsLiveBus, server_list
 from services.runtime.natsserver import EmbeddedNats
 from services.runtime.service import Core, Shell
 from services.scheduler.core import SchedulerCore
+from services.scheduler.leader import Elector, FencedShell, LeaseStore, Replica, Term
+from services.scheduler.liveness import LivenessConfig, RetryPolicy
+from services.scheduler.recovery import recover
 
 SERVICES = ("scheduler", "placer", "metrics", "injector", "nodeagent")
 CONTROL_PLANE = ("scheduler", "placer", "metrics")
@@ -99,13 +104,24 @@ class ServeOptions:
     grace_s: float = DEFAULT_GRACE_S
     fast_forward: int = 0
     advertise_addr: str = "127.0.0.1"  # nodeagent: the address other nodes' trainers use
+    auth: NatsAuth = field(default_factory=NatsAuth)  # credentials and TLS files for NATS
+    heartbeat_s: float = 5.0  # nodeagent: seconds between heartbeats
+    checkpoint_every: int = 0  # nodeagent: trainers checkpoint every N iterations (0: off)
+    liveness: LivenessConfig = field(default_factory=LivenessConfig)  # scheduler: lost nodes
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # scheduler: failed trainers
+    tenants: TenantsConfig | None = None  # scheduler: quotas and fair share; None: no limits
+    replica: str | None = None  # scheduler: this replica's id; elect a leader among replicas
+    lease_s: float = 6.0  # scheduler replicas: how long a lease lasts (real seconds)
+    renew_s: float = 2.0  # scheduler replicas: how often it is renewed or polled
 
 
 def build_service(opts: ServeOptions) -> tuple[Core, GpuBackend | None]:
     """The service's core, and for a trainer-launching node agent its GPU backend."""
     if opts.service == "scheduler":
         return make_scheduler(opts.policy, opts.cluster, round_s=opts.round_s,
-                              overhead=opts.overhead, seed=opts.seed), None
+                              overhead=opts.overhead, seed=opts.seed,
+                              liveness=opts.liveness, retry=opts.retry,
+                              tenants=opts.tenants), None
     if opts.service == "placer":
         return PlacerCore(opts.cluster), None
     if opts.service == "metrics":
@@ -143,7 +159,9 @@ def trainer_agent(opts: ServeOptions, node: NodeSpec) -> tuple[TrainerNodeCore, 
         address=opts.advertise_addr)
     settings = TrainerSettings(python=sys.executable, checkpoint_root=opts.checkpoint_root,
                                grace_s=opts.grace_s, fast_forward=opts.fast_forward,
-                               mps_dir=opts.checkpoint_root.parent / "mps")
+                               mps_dir=opts.checkpoint_root.parent / "mps",
+                               heartbeat_s=opts.heartbeat_s,
+                               checkpoint_every=opts.checkpoint_every)
     core = TrainerNodeCore(node, [g.uuid for g in found], settings,
                            addresses={node.node_id: opts.advertise_addr}, inventory=inventory)
     return core, backend
@@ -154,7 +172,8 @@ def core_state(core: Core, now: float) -> dict[str, Any]:
     if isinstance(core, SchedulerCore):
         return {"now": now, "policy": core.policy.name, "cycle": core.cycle,
                 "nodes": [n.node_id for n in core.cluster.nodes],
-                "drained": sorted(core.drained), "suspended": sorted(core.held),
+                "drained": sorted(core.drained), "lost": sorted(core.faults.lost),
+                "suspended": sorted(core.held),
                 "jobs": [job_row(core, jid, now) for jid in core.jobs]}
     if isinstance(core, MetricsCore):
         return {"now": now, "summary": core.summary()}
@@ -182,13 +201,17 @@ def job_row(core: SchedulerCore, job_id: str, now: float) -> dict[str, Any]:
 
 async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     """Run one service until `stop` is set (or SIGTERM/SIGINT); 0 on a clean drain."""
+    if opts.service == "scheduler" and opts.replica is not None:
+        return await serve_replica(opts, stop)
     core, backend = build_service(opts)
     clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
                       origin=opts.origin)
     bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
-                                    replicas=opts.stream_replicas)
+                                    replicas=opts.stream_replicas, auth=opts.auth)
     # Event ids must not repeat across restarts (JetStream would drop them as duplicates).
     run_id = f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}"
+    # A scheduler or simulated node agent that restarts picks up where it died.
+    recovered = await recover(core, bus, clock.now())
     shell = (NodeAgentShell(core, bus, clock, run_id=run_id, backend=backend)
              if isinstance(core, TrainerNodeCore) and backend is not None
              else Shell(core, bus, clock, run_id=run_id))
@@ -215,6 +238,8 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
         exporter = serve_http(registry_for(core, opts.cluster), opts.prometheus_port,
                               opts.prometheus_addr)
     await shell.start()
+    await shell.apply(recovered, None)
+    await bus.flush()
     log.info("serving", service=core.name, nats=opts.nats_url)
     try:
         await stop.wait()
@@ -226,6 +251,64 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
             exporter.shutdown()
         await micro.stop()
         await bus.close()
+        _drop_signals(signals)
+    return 0
+
+
+async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
+    """A scheduler replica: stand by until it wins the lease (`services.scheduler.leader`),
+    then rebuild the scheduler from the stream and run it for as long as it holds the lease."""
+    assert opts.replica is not None
+    elector = Elector(opts.replica, lease_s=opts.lease_s, renew_s=opts.renew_s)
+    clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
+                      origin=opts.origin)
+    control = await NatsLiveBus.connect(opts.nats_url, service=f"scheduler-{opts.replica}",
+                                        now=clock.now, replicas=opts.stream_replicas)
+    store = await LeaseStore.open(control.js, replicas=opts.stream_replicas)
+    leading: list[SchedulerCore] = []
+
+    async def lead(term: int, valid: Callable[[], bool]) -> Term:
+        core, _ = build_service(opts)
+        assert isinstance(core, SchedulerCore)
+        core.term = term
+        bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
+                                        replicas=opts.stream_replicas)
+        run_id = f"{core.name}.t{term}.{opts.replica}.{secrets.token_hex(3)}"
+        shell = FencedShell(core, bus, clock, run_id=run_id, leading=valid)
+        try:
+            recovered = await recover(core, bus, clock.now())
+            await shell.start()
+            await shell.apply(recovered, None)
+            await bus.flush()
+        except BaseException:
+            shell.stop_timers()
+            await bus.close()
+            raise
+        leading[:] = [core]
+
+        async def close() -> None:
+            leading.clear()
+            await bus.close()
+        return Term(shell, close)
+
+    async def state(req: Any) -> None:
+        if leading:  # a standby stays silent: the leader answers
+            await req.respond(json.dumps(core_state(leading[0], clock.now())).encode())
+
+    micro = await nats.micro.add_service(
+        control.nc, name="loom-scheduler", version=VERSION, description="Loom scheduler replica",
+        metadata={"core": "scheduler", "replica": opts.replica})
+    await micro.add_endpoint(name="state", subject=control_subject("scheduler"), handler=state)
+    signals: list[signal.Signals] = []
+    if stop is None:
+        stop = asyncio.Event()
+        signals = _on_signals(stop)
+    log.info("replica standing by", replica=opts.replica, nats=opts.nats_url)
+    try:
+        await Replica(elector, store, lead).run(stop)
+    finally:
+        await micro.stop()
+        await control.close()
         _drop_signals(signals)
     return 0
 
@@ -261,6 +344,8 @@ class UpOptions:
     trainers: str = "pytorch"
     gpus_per_node: int = 4  # fake GPUs of each local node agent
     state_dir: Path = Path("/var/lib/loom")  # checkpoints of local node agents go under it
+    auth: NatsAuth = field(default_factory=NatsAuth)  # children get it as LOOM_NATS_* vars
+    tenants: str | None = None  # the scheduler's tenants file
 
 
 async def up(opts: UpOptions, ready: asyncio.Event | None = None,
@@ -287,6 +372,8 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
                                                      str(opts.prometheus_port)]
     if opts.round_s is not None:
         commands[0] += ["--round-s", str(opts.round_s)]
+    if opts.tenants is not None:
+        commands[0] += ["--tenants", opts.tenants]
     if opts.local_nodes:
         agent = ["--trainers", opts.trainers, "--fake-gpus", str(opts.gpus_per_node),
                  "--checkpoint-root", str(opts.state_dir / "checkpoints")]
@@ -300,8 +387,9 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
     try:
         for cmd in commands:
             children.append(await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "loom.cli", "serve", *cmd, env=dict(os.environ)))
-        await _await_services(url, len(commands))
+                sys.executable, "-m", "loom.cli", "serve", *cmd,
+                env={**os.environ, **opts.auth.to_env()}))
+        await _await_services(url, len(commands), opts.auth)
         record = url_file()
         record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         record.write_text(url)
@@ -326,9 +414,10 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
     return 0 if all(c == 0 for c in codes) else 1
 
 
-async def _await_services(url: str, count: int, timeout: float = 60.0) -> None:
+async def _await_services(url: str, count: int, auth: NatsAuth,
+                          timeout: float = 60.0) -> None:
     """Until `count` Loom services answer the micro-service PING."""
-    nc = await nats.connect(servers=server_list(url))
+    nc = await nats.connect(servers=server_list(url), **auth.connect_kwargs())
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -63,6 +63,10 @@ class JobBuilder:
         self._fields["best_effort"] = best_effort
         return self
 
+    def tenant(self, name: str) -> JobBuilder:
+        self._fields["tenant"] = name
+        return self
+
     def build(self) -> JobSpec:
         return JobSpec(**self._fields)
 

@@ -17,6 +17,7 @@ from schemas.events import Envelope, JobTransition, NodeHeartbeat, PlanDecided
 from schemas.job import JobState
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
+from services.scheduler.liveness import fault_kind
 
 
 @dataclass(slots=True)
@@ -36,6 +37,7 @@ class JobOutcome:
     cause: str = ""
     contention: float | None = None  # average active jobs over its lifetime (≥ 1)
     total_gpus: int = 0
+    gpu_s: float = 0.0  # GPU-seconds it held (per-tenant shares)
 
     @property
     def jct_s(self) -> float | None:
@@ -110,8 +112,10 @@ class MetricsCore(CoreDefaults):
         self.finished = 0
         self.rejected = 0
         self.interleaved = 0  # launches onto GPUs shared with other jobs (Muri groups)
+        self._held_since: dict[str, tuple[float, int]] = {}  # running job → (since, GPUs)
         self.awaited: set[str] = set()  # jobs a run waits for (Gavel's jobs_to_complete)
         self.heartbeats: dict[str, tuple[float, NodeHeartbeat]] = {}  # node → latest (live)
+        self.faults: Counter[str] = Counter()  # node-lost | node-restarted | trainer-failed
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED),
@@ -176,8 +180,12 @@ class MetricsCore(CoreDefaults):
                 self._area_at_admit[t.job_id] = (at, self._contend(+1, at))
             if self.first_submit is None or spec.submit_time_s < self.first_submit:
                 self.first_submit = spec.submit_time_s
+        if t.previous is JobState.RUNNING and t.job_id in self._held_since:
+            since, held = self._held_since.pop(t.job_id)
+            out.gpu_s += held * (at - since)
         if t.state is JobState.RUNNING:
             gpus = [(node, i) for node, idx in t.placement for i in idx]
+            self._held_since[t.job_id] = (at, len(gpus) or out.gpus)
             # A transition without a placement (hand-made, or older producers) still counts.
             self._occupy(t.job_id, gpus or [(f"job:{t.job_id}", i) for i in range(out.gpus)],
                          at)
@@ -187,6 +195,10 @@ class MetricsCore(CoreDefaults):
             self._occupy(t.job_id, None, at)
         if t.state is JobState.PREEMPTED:
             out.preemptions += 1
+        if t.state in (JobState.PREEMPTED, JobState.FAILED):
+            kind = fault_kind(t.cause)
+            if kind is not None:
+                self.faults[kind] += 1
         if t.state.terminal and t.job_id in self._area_at_admit:
             admitted, area = self._area_at_admit.pop(t.job_id)
             now_area = self._contend(-1, at)
@@ -235,5 +247,27 @@ class MetricsCore(CoreDefaults):
             "declined": declined,  # deadline jobs refused at admission
             "best_effort_avg_jct_s": sum(best_effort) / len(best_effort) if best_effort else None,
             "gpu_util": util,
+            "tenants": self.tenants(span),
             "decision_digest": self.digest,
         }
+
+    def tenants(self, span: float) -> dict[str, dict[str, object]]:
+        """Per tenant: jobs, finished, rejected, average JCT, GPU-seconds held and the average
+        GPUs held over the run (GPU-seconds / span)."""
+        by_tenant: dict[str, list[JobOutcome]] = {}
+        for job in self.jobs.values():
+            by_tenant.setdefault(job.tenant, []).append(job)
+        out: dict[str, dict[str, object]] = {}
+        for tenant in sorted(by_tenant):
+            mine = by_tenant[tenant]
+            jcts = [jct for j in mine if (jct := j.jct_s) is not None]
+            gpu_s = sum(j.gpu_s for j in mine)
+            out[tenant] = {
+                "jobs": len(mine),
+                "finished": sum(1 for j in mine if j.state is JobState.FINISHED),
+                "rejected": sum(1 for j in mine if j.state is JobState.REJECTED),
+                "avg_jct_s": sum(jcts) / len(jcts) if jcts else None,
+                "gpu_s": gpu_s,
+                "avg_gpus": gpu_s / span if span > 0 else 0.0,
+            }
+        return out

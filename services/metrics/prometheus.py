@@ -87,6 +87,13 @@ class MetricsCollector(Collector):
         yield CounterMetricFamily("loom_gpu_busy_seconds_total",
                                   "GPU-seconds held by running jobs (cluster time)",
                                   value=core.busy_gpu_s)
+        faults = CounterMetricFamily("loom_job_faults_total",
+                                     "Jobs requeued off a lost or restarted node, and trainer "
+                                     "failures (each retry and each final failure)",
+                                     labels=["kind"])
+        for kind in ("node-lost", "node-restarted", "trainer-failed"):
+            faults.add_metric([kind], core.faults.get(kind, 0))
+        yield faults
         yield CounterMetricFamily("loom_decisions_total",
                                   "Scheduler transitions and plans recorded",
                                   value=core.decisions)
