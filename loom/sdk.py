@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, Protocol
@@ -51,6 +52,7 @@ from services.trainer.accounting import STREAM, ReportClock, StageAccount, StepT
 from services.trainer.accounting import derive_seed as _derive_seed
 from services.trainer.channel import Reporter
 from services.trainer.comm import Communicator, Local, TorchDistributed, share_from_rank0
+from services.trainer.config import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from services.trainer.protocol import (
     Checkpointed,
     Failed,
@@ -94,6 +96,7 @@ class Environment:
     report: str = "none"  # stdout | fd:N | file:PATH | none
     report_every: int = 10
     grace_s: float | None = None
+    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S  # also each collective's
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Environment:
@@ -108,19 +111,30 @@ class Environment:
         if not (report in ("stdout", "none") or (report.startswith("fd:") and report[3:].isdigit())
                 or (report.startswith("file:") and len(report) > 5)):
             raise SdkError(f"LOOM_REPORT={report!r}: use stdout, fd:N, file:PATH or none")
-        grace = env.get("LOOM_GRACE_S")
-        try:
-            grace_s = float(grace) if grace is not None else None
-        except ValueError:
-            raise SdkError(f"LOOM_GRACE_S={grace!r} is not a number") from None
+        grace = _float_var(env, "LOOM_GRACE_S")
+        rendezvous = _float_var(env, "LOOM_RENDEZVOUS_TIMEOUT_S")
+        if rendezvous is not None and rendezvous <= 0:
+            raise SdkError(f"LOOM_RENDEZVOUS_TIMEOUT_S={rendezvous} must be above 0")
         return cls(
             job_id=env.get("LOOM_JOB_ID", "local"), rank=rank, world_size=world,
             checkpoint_dir=Path(ckpt) if ckpt else None,
             iterations=_int_var(env, "LOOM_ITERATIONS", None, low=1),
             batch_size=_int_var(env, "LOOM_BATCH_SIZE", None, low=1),
             report=report, report_every=_int_var(env, "LOOM_REPORT_EVERY", 10, low=0) or 0,
-            grace_s=grace_s,
+            grace_s=grace,
+            rendezvous_timeout_s=(DEFAULT_RENDEZVOUS_TIMEOUT_S if rendezvous is None
+                                  else rendezvous),
         )
+
+
+def _float_var(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise SdkError(f"{name}={raw!r} is not a number") from None
 
 
 def _int_var(env: Mapping[str, str], name: str, default: int | None, *, low: int) -> Any:
@@ -227,8 +241,11 @@ class Session:
                 for var in ("MASTER_ADDR", "MASTER_PORT"):
                     if var not in os.environ:
                         raise SdkError(f"WORLD_SIZE={self.world_size} but {var} is not set")
-                dist.init_process_group(backend, init_method="env://", rank=self.rank,
-                                        world_size=self.world_size)
+                # An explicit timeout: torch's default (30 min) turns a rank that never
+                # comes, or a master port someone else holds, into a silent hang.
+                dist.init_process_group(
+                    backend, init_method="env://", rank=self.rank, world_size=self.world_size,
+                    timeout=timedelta(seconds=self.env.rendezvous_timeout_s))
                 self._own_group = True
                 self._comm = TorchDistributed.joined()
         return self

@@ -50,7 +50,9 @@ from services.trainer.catalog import FAMILIES, for_trace_model
 from services.trainer.config import TrainerConfig
 
 DEFAULT_GRACE_S = 30.0
-PORT_BASE, PORT_SPAN = 20000, 20000
+# Below Linux's ephemeral range (32768-60999 by default), so that no outgoing connection
+# holds a job's rendezvous port, nor a client connects to itself on it.
+PORT_BASE, PORT_SPAN = 20000, 12000
 DEFAULT_BATCH = 32
 
 
@@ -336,8 +338,12 @@ class TrainerNodeCore(CoreDefaults):
             job.finished = True
             if not job.reported:
                 job.iteration = float(job.launch.spec.iterations)
-        if rank == 0 and code != 0 and not job.stopping and job.failure is None:
-            job.failure = f"rank 0 exited with {code}"
+        if code != 0 and not job.stopping and job.failure is None:
+            job.failure = f"rank {rank} exited with {code}"
+            if job.alive:
+                # A gang is all or nothing: the ranks left would wait in a collective or the
+                # rendezvous until its timeout, holding their GPUs for nothing.
+                return [Kill(job_id, r, self.settings.grace_s) for r in sorted(job.alive)]
         if job.alive:
             return []
         del self.jobs[job_id]

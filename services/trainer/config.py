@@ -19,6 +19,9 @@ from services.trainer.catalog import FAMILIES
 Backend = Literal["auto", "gloo", "nccl", "horovod"]
 Device = Literal["auto", "cpu", "cuda"]
 
+# How long a rank waits for the others at the rendezvous, and in any collective.
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 300.0
+
 
 class ConfigError(ValueError):
     """The arguments can never give a working launch."""
@@ -46,7 +49,7 @@ class TrainerConfig(BaseModel):
     report_interval: float = Field(default=2.0, ge=0)  # ... and at least every S seconds
     checkpoint_every: int = Field(default=0, ge=0)  # periodic checkpoints (0 = off)
     threads: int = Field(default=1, ge=1)  # torch intra-op CPU threads per rank
-    rendezvous_timeout: float = Field(default=300.0, gt=0)  # also the collective timeout
+    rendezvous_timeout: float = Field(default=DEFAULT_RENDEZVOUS_TIMEOUT_S, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     data: str | None = None  # a real dataset (services/trainer/datasets.py); None: synthetic
 

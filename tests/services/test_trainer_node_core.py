@@ -142,6 +142,21 @@ def test_the_leader_reports_completion_and_progress_others_stay_silent() -> None
     assert other.on_exit("g", 1, 0) == []
 
 
+@pytest.mark.parametrize(("failed", "code"), [(1, 1), (0, -9), (1, -11)])
+def test_a_failed_rank_takes_its_gang_down_and_the_leader_names_it(failed: int,
+                                                                   code: int) -> None:
+    """The ranks left would otherwise wait in the rendezvous or a collective until its
+    timeout, holding their GPUs."""
+    core = agent(0)
+    core.handle(command(N0, 1, (launch("j", ((N0, (0, 1)),)),)), 0.0)  # type: ignore[arg-type]
+    other = 1 - failed
+    assert core.on_exit("j", failed, code) == [Kill("j", other, 7.0)]
+    [done] = bodies(core.on_exit("j", other, -15))  # the kill's own exit names nothing new
+    assert done == JobFinished(job_id="j", node_id=N0, iterations_done=0.0,
+                               failure=f"rank {failed} exited with {code}")
+    assert core.jobs == {}
+
+
 def test_a_relaunch_here_waits_until_the_stopping_run_has_exited() -> None:
     core = agent(0)
     first = launch("j", ((N0, (0,)),))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -19,10 +20,21 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMON = ("--threads", "1", "--log-level", "info")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def rendezvous_port() -> int:
+    """A free port for a gang's master, below the kernel's ephemeral range: between picking it
+    and rank 0 binding it (seconds of torch imports), no outgoing connection can take it, and
+    a rank connecting early cannot connect to itself."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
+    for _ in range(200):
+        port = random.randrange(20000, max(low, 20001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in 20000-{low}")
 
 
 class TrainerProc:

@@ -14,7 +14,7 @@ import pytest
 
 from loom.sdk import DataOrder, Environment, SdkError, session
 from services.trainer.protocol import Finished, Progress, Record, Started, Stopped, decode
-from tests.trainer.proc import ROOT, free_port
+from tests.trainer.proc import ROOT, rendezvous_port
 
 EXAMPLE = ROOT / "examples" / "train_mnist_like.py"
 
@@ -27,6 +27,7 @@ EXAMPLE = ROOT / "examples" / "train_mnist_like.py"
     ({"LOOM_BATCH_SIZE": "big"}, "LOOM_BATCH_SIZE='big' is not an integer"),
     ({"LOOM_REPORT": "socket:1"}, "LOOM_REPORT='socket:1'"),
     ({"LOOM_GRACE_S": "soon"}, "LOOM_GRACE_S='soon' is not a number"),
+    ({"LOOM_RENDEZVOUS_TIMEOUT_S": "0"}, "LOOM_RENDEZVOUS_TIMEOUT_S=0.0 must be above 0"),
 ])
 def test_a_bad_environment_is_named(env: dict[str, str], needle: str) -> None:
     with pytest.raises(SdkError, match=needle.replace("(", r"\(").replace("?", r"\?")):
@@ -36,9 +37,10 @@ def test_a_bad_environment_is_named(env: dict[str, str], needle: str) -> None:
 @pytest.mark.parametrize(("env", "expect"), [
     ({}, Environment()),
     ({"LOOM_JOB_ID": "j", "RANK": "1", "WORLD_SIZE": "4", "LOOM_CHECKPOINT_DIR": "/c",
-      "LOOM_ITERATIONS": "9", "LOOM_BATCH_SIZE": "64", "LOOM_GRACE_S": "7.5"},
+      "LOOM_ITERATIONS": "9", "LOOM_BATCH_SIZE": "64", "LOOM_GRACE_S": "7.5",
+      "LOOM_RENDEZVOUS_TIMEOUT_S": "20"},
      Environment(job_id="j", rank=1, world_size=4, checkpoint_dir=Path("/c"), iterations=9,
-                 batch_size=64, report="stdout", grace_s=7.5)),
+                 batch_size=64, report="stdout", grace_s=7.5, rendezvous_timeout_s=20.0)),
 ])
 def test_environment_from_loom_or_torchrun(env: dict[str, str], expect: Environment) -> None:
     assert Environment.from_env(env) == expect
@@ -70,12 +72,14 @@ class Script:
     """One rank of the example script, with Loom's environment; records decoded as they come."""
 
     def __init__(self, tmp: Path, name: str, ckpt: Path, iterations: int, *, rank: int = 0,
-                 world: int = 1, port: int = 0) -> None:
+                 world: int = 1, port: int = 0, rendezvous_s: float = 60.0) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOM_JOB_ID": "sdk-job",
                "LOOM_CHECKPOINT_DIR": str(ckpt), "LOOM_ITERATIONS": str(iterations),
                "LOOM_REPORT_EVERY": "5", "RANK": str(rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        self.err = open(tmp / f"{name}.stderr", "w")  # noqa: SIM115 - closed in wait()
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "LOOM_RENDEZVOUS_TIMEOUT_S": str(rendezvous_s)}
+        self.log = tmp / f"{name}.stderr"
+        self.err = open(self.log, "w")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen([sys.executable, str(EXAMPLE)], cwd=ROOT, env=env,
                                      stdout=subprocess.PIPE, stderr=self.err, text=True)
         self.records: list[Record] = []
@@ -97,8 +101,15 @@ class Script:
         self.proc.send_signal(signal.SIGTERM)
 
     def wait(self) -> int:
-        code = self.proc.wait(timeout=120)
-        self.err.close()
+        try:
+            code = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{self.log.name} still running after 120 s; its stderr:\n"
+                                 + self.log.read_text()[-3000:]) from None
+        finally:
+            self.err.close()
         return code
 
     def only(self, kind: type[Record]) -> Record:
@@ -121,10 +132,10 @@ def test_example_stops_resumes_exactly_and_resizes_to_two_ranks(tmp_path: Path) 
     assert isinstance(start2, Started) and isinstance(stop2, Stopped)
     assert (start2.resumed, start2.iteration) == (True, stop1.iteration)
 
-    port = free_port()
+    port = rendezvous_port()
     ranks = [Script(tmp_path, f"third{r}", ckpt, total, rank=r, world=2, port=port)
              for r in (0, 1)]
-    assert [r.wait() for r in ranks] == [0, 0]
+    assert [r.wait() for r in ranks] == [0, 0], [r.log.read_text()[-2000:] for r in ranks]
     start3, done = ranks[0].only(Started), ranks[0].only(Finished)
     assert isinstance(start3, Started) and isinstance(done, Finished)
     assert (start3.world_size, start3.checkpoint_world_size) == (2, 1)
@@ -148,7 +159,7 @@ def test_example_stops_resumes_exactly_and_resizes_to_two_ranks(tmp_path: Path) 
 def test_a_bare_torchrun_joins_as_the_node_agent_sets_it_up(tmp_path: Path) -> None:
     """The node agent runs a command once per GPU with torchrun's PET_* defaults, so
     `torchrun script.py`, unchanged, becomes one one-worker node of the job."""
-    port, procs = free_port(), []
+    port, procs = rendezvous_port(), []
     for rank in (0, 1):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOM_JOB_ID": "tr",
                "LOOM_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "LOOM_ITERATIONS": "30",
@@ -164,3 +175,13 @@ def test_a_bare_torchrun_joins_as_the_node_agent_sets_it_up(tmp_path: Path) -> N
     start, end = records[0], records[-1]
     assert isinstance(start, Started) and (start.world_size, start.backend) == (2, "gloo")
     assert isinstance(end, Finished) and end.iteration == 30
+
+
+def test_a_rank_whose_peer_never_comes_fails_within_the_rendezvous_timeout(
+        tmp_path: Path) -> None:
+    """Not torch's 30-minute default: a missing rank (or a master port someone else holds)
+    is an error the node agent can report, not a hang."""
+    alone = Script(tmp_path, "alone", tmp_path / "ckpt", 10, rank=1, world=2,
+                   port=rendezvous_port(), rendezvous_s=2.0)
+    assert alone.wait() != 0
+    assert "timeout" in alone.log.read_text().lower()

@@ -31,7 +31,7 @@ from services.trainer.protocol import (
     Stopped,
 )
 from services.trainer.runner import Trainer, param_digest
-from tests.trainer.proc import TrainerProc, free_port, launch
+from tests.trainer.proc import TrainerProc, launch, rendezvous_port
 
 R = TypeVar("R", bound=Record)
 
@@ -178,7 +178,7 @@ def test_single_process_reports_and_sigterm_resume_is_exact(tmp_path: Path) -> N
 
 
 def test_two_gloo_ranks_stop_together_then_resize_to_one(tmp_path: Path) -> None:
-    port = str(free_port())
+    port = str(rendezvous_port())
     ckpt = tmp_path / "ckpt"
     ranks = [
         launch(tmp_path, f"rank{r}", *_job("dp", "transformer", 400, ckpt, "--batch-size", "16",
@@ -257,7 +257,7 @@ def test_launch_failures_are_clear(tmp_path: Path, families: dict[str, list[Reco
         "other": _job("fam-cnn", "cnn", 80, Path(done.path).parent, "--batch-size", "32",
                       "--seed", "7"),
         "alone": _job("alone", "cnn", 10, Path(c), "--world-size", "2", "--master-port",
-                      str(free_port()), "--rendezvous-timeout", "1"),
+                      str(rendezvous_port()), "--rendezvous-timeout", "1"),
     }
     p = {name: launch(tmp_path, name, *args) for name, args in procs.items()}
     codes = {name: proc.wait() for name, proc in p.items()}
