@@ -67,6 +67,12 @@ class Launch(_Body):
     adaptive_batch: bool = False
 
 
+# Reasons of the out-of-cycle stops (NodeCommand cycle -1). Only the first says the job is
+# done: a node agent then never starts it again. A reconcile stop ends one stale run.
+STOP_GANG_FINISHED = "finished"
+STOP_RECONCILE = "reconcile: not placed here"
+
+
 class Stop(_Body):
     job_id: str
     reason: str

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.events import NodeCommand
+from schemas.events import STOP_GANG_FINISHED, NodeCommand
 
 
 class CommandGate:
@@ -12,10 +12,10 @@ class CommandGate:
     unacknowledged commands again, nor a placer that re-binds a plan under a new event id.
     So each launch is keyed by the plan that made it, (term, cycle): a launch no newer than
     the job's latest one here is a duplicate, a job that finished here never starts again,
-    a stop older than the job's latest launch is stale (the placer's stops of a finished
-    gang, cycle -1, always apply), and a command of an older term (a
-    deposed scheduler's) is dropped whole. Pure: a restarted agent rebuilds it by feeding
-    the commands it had handled back through `admit`.
+    a stop older than the job's latest launch is stale (stops out of cycle, -1, always
+    apply: the placer's of a finished gang, the scheduler's reconcile), and a command of an
+    older term (a deposed scheduler's) is dropped whole. Pure: a restarted agent rebuilds it
+    by feeding the commands it had handled back through `admit`.
     """
 
     def __init__(self) -> None:
@@ -31,8 +31,11 @@ class CommandGate:
             return None
         self.term = cmd.term
         key = (cmd.term, cmd.cycle)
-        if cmd.cycle < 0:  # the placer stops the rest of a gang whose leader finished it
-            self.finished.update(s.job_id for s in cmd.stops)
+        if cmd.cycle < 0:  # out of cycle: always applies
+            # The rest of a gang whose leader finished it is done here for good; a reconcile
+            # stop (a heartbeat named a run the scheduler no longer places here) is not: the
+            # job may well be launched here again.
+            self.finished.update(s.job_id for s in cmd.stops if s.reason == STOP_GANG_FINISHED)
             return cmd
         stops = tuple(s for s in cmd.stops if self.launched.get(s.job_id, (-1, -1)) <= key)
         launches = tuple(x for x in cmd.launches if x.job_id not in self.finished

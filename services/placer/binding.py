@@ -13,7 +13,16 @@ from collections.abc import Sequence
 
 from schemas import subjects
 from schemas.cluster import ClusterSpec
-from schemas.events import Envelope, GpuSlots, JobFinished, Launch, NodeCommand, PlanDecided, Stop
+from schemas.events import (
+    STOP_GANG_FINISHED,
+    Envelope,
+    GpuSlots,
+    JobFinished,
+    Launch,
+    NodeCommand,
+    PlanDecided,
+    Stop,
+)
 from services.runtime.effects import Effect, Publish
 from services.runtime.service import CoreDefaults, RetryLater, Subscribe
 
@@ -153,7 +162,7 @@ class PlacerCore(CoreDefaults):
             self._completed[msg.job_id] = None
             if len(self._completed) > COMPLETED_MEMORY:
                 del self._completed[next(iter(self._completed))]
-        stop = Stop(job_id=msg.job_id, reason="finished")
+        stop = Stop(job_id=msg.job_id, reason=STOP_GANG_FINISHED)
         # The node that reported already stopped it; the other nodes of a gang must too.
         others = {node: [stop] for node, _ in slots if node != msg.node_id}
         return self._commands(-1, others, {}, self.term)

@@ -33,6 +33,7 @@ from policies.base import JobView, Plan, Policy, Snapshot
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.events import (
+    STOP_RECONCILE,
     CycleStarted,
     Envelope,
     GpuSlots,
@@ -438,7 +439,7 @@ class SchedulerCore(CoreDefaults):
         if stale:
             effects.append(Publish(subjects.node_command(node), NodeCommand(
                 node_id=node, cycle=-1, stops=tuple(
-                    Stop(job_id=jid, reason="reconcile: not placed here") for jid in stale))))
+                    Stop(job_id=jid, reason=STOP_RECONCILE) for jid in stale))))
         if returned:
             effects += self._request_cycle(now, "node-returned")
         return effects

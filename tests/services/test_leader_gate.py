@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from schemas.cluster import NodeSpec
-from schemas.events import JobFinished, Launch, NodeCommand, Stop, envelope
+from schemas.events import (
+    STOP_GANG_FINISHED,
+    STOP_RECONCILE,
+    JobFinished,
+    Launch,
+    NodeCommand,
+    Stop,
+    envelope,
+)
 from services.nodeagent.gate import CommandGate
 from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
@@ -70,11 +78,22 @@ def test_a_finished_job_never_starts_again() -> None:
     assert gate.dropped == 1
 
 
-def test_gang_stops_of_a_finished_job_always_apply() -> None:
+def out_of_cycle(job: str, reason: str) -> NodeCommand:
+    return NodeCommand(node_id="n0", cycle=-1, stops=(Stop(job_id=job, reason=reason),))
+
+
+@pytest.mark.parametrize(("reason", "relaunched"), [
+    (STOP_GANG_FINISHED, []),  # the gang is done: never here again
+    # A heartbeat crossed a preemption: the job only stopped, and comes back later (a demo
+    # run hung when this stop counted as finished and its relaunch here was dropped).
+    (STOP_RECONCILE, ["a"]),
+])
+def test_out_of_cycle_stops_always_apply(reason: str, relaunched: list[str]) -> None:
     gate = CommandGate()
     gate.admit(cmd(0, 4, ("a",)))
-    assert carried_out(gate, cmd(0, -1, stops=("a",))) == ([], ["a"])
-    assert carried_out(gate, cmd(0, 5, ("a",))) == ([], [])  # and it is done here
+    assert carried_out(gate, cmd(0, 5, stops=("a",))) == ([], ["a"])
+    assert carried_out(gate, out_of_cycle("a", reason)) == ([], ["a"])
+    assert carried_out(gate, cmd(0, 6, ("a",))) == (relaunched, [])
 
 
 def test_sim_node_finishes_a_redelivered_job_once() -> None:
