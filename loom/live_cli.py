@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.table import Table
 
 import policies
-from loom.demo import run_demo
 from loom.serve import SERVICES, ServeOptions, UpOptions, control_subject, default_url, serve, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
@@ -369,6 +368,8 @@ async def _status(url: str, auth: NatsAuth | None = None) -> dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from loom.demo import run_demo  # its imports serve the demo alone
+
     return asyncio.run(run_demo(args.out, Console(width=120)))
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 from policies.allocation import AllocationInput, PairTable
 from policies.lp import FloatArray, LpStats, solve_first
@@ -53,7 +52,8 @@ class MaxMinFairnessPacked(RoundPolicy):
         return x
 
     def _solve(self, inp: AllocationInput, pairs: PairTable) -> FloatArray | None:
-        import cvxpy as cp
+        import cvxpy as cp  # both heavy to import: only when this policy solves
+        import scipy.sparse as sp
 
         m, n = inp.shape
         p = len(pairs.combos)
