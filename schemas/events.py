@@ -164,8 +164,11 @@ class NodeHeartbeat(_Body):
 
     node_id: str
     gpus: tuple[GpuSample, ...] = ()
-    jobs: tuple[str, ...] = ()  # what it runs (or is still stopping): the scheduler reconciles
+    jobs: tuple[str, ...] = ()  # what it runs (or is about to rerun): the scheduler reconciles
     interval_s: float = Field(default=0.0, ge=0)  # until the next one; 0: not announced
+    # (term, cycle) of the newest plan command it has carried out: a job launched by that
+    # plan or an older one, placed here and not in `jobs`, has lost its run. None: unknown.
+    handled: tuple[int, int] | None = None
 
 
 class TrainerReport(_Body):

@@ -198,12 +198,15 @@ class TrainerNodeCore(CoreDefaults):
                                        PRIORITY_INPUT)]
 
     def on_telemetry(self, samples: Sequence[GpuSample]) -> list[Effect]:
-        """The heartbeat: alive, with its GPUs' telemetry and the jobs it runs (not those it is
-        stopping already), so the scheduler can stop any it no longer owns (reconcile)."""
-        running = sorted(jid for jid, job in self.jobs.items() if not job.stopping)
+        """The heartbeat: alive, with its GPUs' telemetry, the jobs it runs (not those it is
+        stopping, unless to rerun them here) so the scheduler can stop any it no longer owns,
+        and how far it has got through its commands, so the scheduler can tell a run that
+        vanished (reconcile, both ways)."""
+        running = sorted(jid for jid, job in self.jobs.items()
+                         if not job.stopping or job.relaunch is not None)
         return [Publish(subjects.NODE_HEARTBEAT, NodeHeartbeat(
             node_id=self.node.node_id, gpus=tuple(samples), jobs=tuple(running),
-            interval_s=self.settings.heartbeat_s))]
+            interval_s=self.settings.heartbeat_s, handled=self.gate.handled))]
 
     def _on_command(self, cmd: NodeCommand) -> list[Effect]:
         effects: list[Effect] = []
@@ -212,6 +215,8 @@ class TrainerNodeCore(CoreDefaults):
             if job is not None and not job.stopping:
                 job.stopping, job.stop_cycle = True, cmd.cycle
                 effects += [Kill(stop.job_id, r, self.settings.grace_s) for r in job.alive]
+            elif job is not None:
+                job.relaunch = None  # stopped before its rerun here could start
         for launch in cmd.launches:
             if launch.spec.command is None:
                 family_of(launch.spec.model)  # refuse a job no trainer can run, before any spawn

@@ -23,6 +23,7 @@ class CommandGate:
         self.launched: dict[str, tuple[int, int]] = {}  # job → (term, cycle) of its last launch
         self.finished: set[str] = set()
         self.dropped = 0  # launches and stops ignored as duplicates or stale
+        self.handled: tuple[int, int] | None = None  # the newest in-cycle command admitted
 
     def admit(self, cmd: NodeCommand) -> NodeCommand | None:
         """The part of `cmd` to carry out (None: nothing)."""
@@ -31,6 +32,8 @@ class CommandGate:
             return None
         self.term = cmd.term
         key = (cmd.term, cmd.cycle)
+        if cmd.cycle >= 0 and (self.handled is None or key > self.handled):
+            self.handled = key
         if cmd.cycle < 0:  # out of cycle: always applies
             # The rest of a gang whose leader finished it is done here for good; a reconcile
             # stop (a heartbeat named a run the scheduler no longer places here) is not: the

@@ -87,6 +87,8 @@ from services.scheduler.liveness import (
 
 Replan = Literal["event", "round", "slot"]
 NAME = "scheduler"
+# Heartbeats in a row that must miss a run its node has launched before it counts as vanished.
+VANISHED_AFTER_BEATS = 2
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ class JobRecord:
     ended_at: float | None = None
     status: Status | None = None
     history: list[Transition] = field(default_factory=list)
+    launched_by: tuple[int, int] | None = None  # (term, cycle) of the plan of its current run
+    unseen: int = 0  # heartbeats since then that should have listed its run and did not
 
     def view(self) -> JobView:
         running = self.state is JobState.RUNNING
@@ -343,17 +347,18 @@ class SchedulerCore(CoreDefaults):
         return effects + self._request_cycle(now, "completion")
 
     def _finished_while_requeued(self, msg: JobFinished, now: float) -> list[Effect]:
-        """A node taken for lost may yet complete the job before it hears of the requeue: a
-        report of all the work finishes the job (its agent would never start it again, and
-        elsewhere it would train twice). Anything else is stale or a duplicate."""
+        """A node taken for lost may yet complete the job before it hears of the requeue, and
+        a run taken for vanished may have completed with its report delayed: a report of all
+        the work finishes the job (its agent would never start it again, and elsewhere it
+        would train twice), backing off or not. Anything else is stale or a duplicate."""
         rec = self.jobs.get(msg.job_id)
-        if rec is None or rec.state is not JobState.PREEMPTED or not _all_work_done(rec, msg) \
-                or msg.job_id in self.faults.backoff:
+        if rec is None or rec.state is not JobState.PREEMPTED or not _all_work_done(rec, msg):
             return []
         rec.iterations_done = msg.iterations_done
         rec.ended_at = now
-        self._views.pop(msg.job_id, None)
-        self.policy.job_removed(msg.job_id)
+        self.faults.backoff.pop(msg.job_id, None)  # its retry, if any, is called off
+        if self._views.pop(msg.job_id, None) is not None:  # backing off: out of sight already
+            self.policy.job_removed(msg.job_id)
         rec.status = Status(code=StatusCode.FINISHED, reason="completed", decided_by=msg.node_id)
         return [self._transition(rec, JobState.FINISHED, "completed while requeued", now),
                 *self._request_cycle(now, "completion")]
@@ -434,15 +439,42 @@ class SchedulerCore(CoreDefaults):
             raise ValueError(f"heartbeat from node {node!r}, which is not in the cluster")
         deadline, returned = self.faults.beat(node, hb.interval_s, now)
         effects: list[Effect] = [SetTimer(lost_key(node), deadline, PRIORITY_INPUT)]
-        # Reconcile: stop whatever the node runs that is no longer placed there.
+        # Reconcile: stop whatever the node runs that is no longer placed there, ...
         stale = [jid for jid in hb.jobs if not self._runs_on(jid, node)]
         if stale:
             effects.append(Publish(subjects.node_command(node), NodeCommand(
                 node_id=node, cycle=-1, stops=tuple(
                     Stop(job_id=jid, reason=STOP_RECONCILE) for jid in stale))))
+        # ... and count a run the node should list (it has carried out the launch) and does
+        # not; a finish report may still be on its way, so only the second such beat counts.
+        if hb.handled is not None:
+            listed = set(hb.jobs)
+            for rec in [r for r in self._running.values() if r.launched_by is not None
+                        and r.launched_by <= hb.handled and any(n == node for n, _ in r.placement)]:
+                rec.unseen = 0 if rec.spec.job_id in listed else rec.unseen + 1
+                if rec.unseen >= VANISHED_AFTER_BEATS:
+                    effects += self._on_vanished(rec, node, now)
         if returned:
             effects += self._request_cycle(now, "node-returned")
         return effects
+
+    def _on_vanished(self, rec: JobRecord, node: str, now: float) -> list[Effect]:
+        """A run its node no longer has (it never started, or ended unreported): stop what is
+        left of it, and count it as a failed attempt (backoff, then retry or fail)."""
+        jid = rec.spec.job_id
+        del self._running[jid]
+        del self._views[jid]
+        self.policy.job_removed(jid)
+        rec.attained_s += now - rec.accounted_at
+        rec.accounted_at = now
+        rec.iterations_done = rec.reported  # its last checkpoint, as far as we know
+        rec.launched_by = None
+        why = f"its run vanished from node {node} (not in {VANISHED_AFTER_BEATS} heartbeats)"
+        stop = Publish(subjects.PLAN_DECIDED, PlanDecided(
+            cycle=self.cycle, stops=(Stop(job_id=jid, reason=why),),
+            running=len(self._running), term=self.term))
+        lost = JobFinished(job_id=jid, node_id=node, iterations_done=rec.reported, failure=why)
+        return [stop, *self._on_trainer_failed(rec, lost, now)]
 
     def _runs_on(self, job_id: str, node: str) -> bool:
         rec = self._running.get(job_id)
@@ -652,6 +684,7 @@ class SchedulerCore(CoreDefaults):
                     rec.started_at = now
                 self._running[jid] = rec
             self.estimate_launch(rec, slots, group, now)
+            rec.launched_by, rec.unseen = (self.term, self.cycle), 0
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done, colocated=group,
                                    adaptive_batch=self._adaptive_batch))

@@ -70,6 +70,17 @@ def test_gate(name: str) -> None:
     assert carried_out(gate, commands[-1]) == expected
 
 
+def test_the_gate_knows_the_newest_plan_command_it_carried_out() -> None:
+    """Heartbeats carry it: a run launched by that plan or an older one must be listed."""
+    gate = CommandGate()
+    assert gate.handled is None
+    for c, handled in [(cmd(0, 3, ("a",)), (0, 3)), (cmd(0, 2, ("b",)), (0, 3)),
+                       (out_of_cycle("a", STOP_RECONCILE), (0, 3)), (cmd(1, 1), (1, 1)),
+                       (cmd(0, 9, ("c",)), (1, 1))]:  # re-delivered, out of cycle, old term
+        gate.admit(c)
+        assert gate.handled == handled
+
+
 def test_a_finished_job_never_starts_again() -> None:
     gate = CommandGate()
     gate.admit(cmd(0, 1, ("a",)))

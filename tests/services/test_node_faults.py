@@ -200,6 +200,60 @@ def test_a_returning_node_is_told_to_stop_what_it_no_longer_owns() -> None:
     assert node_of(core, "c") == ("n1",)
 
 
+def seen(node: str, handled: tuple[int, int] | None, *jobs: str) -> NodeHeartbeat:
+    return NodeHeartbeat(node_id=node, jobs=jobs, interval_s=5.0, handled=handled)
+
+
+# Heartbeats from n0 after "a" (1 GPU, one 1-second iteration left of 1,000) was launched by
+# the plan of cycle 1, term 0: whether its run counts as vanished, a failed attempt.
+VANISH = {
+    # The demo's hang: the node dropped the launch, and never ran it.
+    "carried out, missing twice": ([seen("n0", (0, 1)), seen("n0", (0, 1))], True),
+    "missing once: a finish may be on its way": ([seen("n0", (0, 1))], False),
+    "listed in between": ([seen("n0", (0, 1)), seen("n0", (0, 1), "a"), seen("n0", (0, 1))],
+                          False),
+    "the launch not yet carried out": ([seen("n0", (0, 0)), seen("n0", (0, 0))], False),
+    "an agent that does not say": ([seen("n0", None), seen("n0", None)], False),
+    "another node's beats": ([seen("n1", (0, 1)), seen("n1", (0, 1))], False),
+}
+
+
+@pytest.mark.parametrize("name", list(VANISH))
+def test_a_run_missing_from_the_heartbeats_of_a_node_that_launched_it(name: str) -> None:
+    beats, vanished = VANISH[name]
+    core = core_with(("a", 1))
+    assert core.jobs["a"].launched_by == (0, 1) and node_of(core, "a") == ("n0",)
+    deliver(core, NodeStatus(node_id="n0", cycle=1, progress={"a": 400.0}), 5.0)
+    effects: list[Effect] = []
+    for i, hb in enumerate(beats):
+        effects = deliver(core, hb, 10.0 + 5 * i)
+    if not vanished:
+        assert state(core, "a") is JobState.RUNNING and published(effects, PlanDecided) == []
+        return
+    (plan,) = published(effects, PlanDecided)
+    assert [(s.job_id, s.reason) for s in plan.stops] == [
+        ("a", "its run vanished from node n0 (not in 2 heartbeats)")]
+    (t,) = published(effects, JobTransition)
+    assert (t.state, t.iterations_done) == (JobState.PREEMPTED, 400.0)  # from its last report
+    assert t.cause.startswith("trainer failed on n0 (its run vanished from node n0")
+    assert retry_key("a") in timers(effects)  # an attempt spent: backoff, then again
+
+
+def test_a_run_taken_for_vanished_may_yet_report_all_its_work() -> None:
+    """Its finish report was delayed past two heartbeats (a stalled consumer): the job is done,
+    its retry called off; a partial report changes nothing."""
+    core = core_with(("a", 1))
+    for at in (10.0, 15.0):
+        deliver(core, seen("n0", (0, 1)), at)
+    assert core.faults.backoff and state(core, "a") is JobState.PREEMPTED
+    assert deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=999), 16.0) == []
+    (t,) = published(deliver(core, JobFinished(job_id="a", node_id="n0",
+                                               iterations_done=1000), 17.0), JobTransition)
+    assert (t.state, t.cause) == (JobState.FINISHED, "completed while requeued")
+    assert core.faults.backoff == {}
+    assert core.on_timer(retry_key("a"), 60.0) == []  # no second life
+
+
 def test_a_restarted_agent_loses_what_its_predecessor_ran() -> None:
     core = core_with(("a", 4), ("b", 4))
     effects = deliver(core, NodeInfo(node_id="n1", backend="fake", gpus=()), 12.0)

@@ -99,7 +99,7 @@ def test_heartbeats_list_running_jobs_not_those_stopping() -> None:
     command(core, 1, (launch("a", ((N0, (0,)),)), launch("b", ((N0, (1,)),))))
     command(core, 2, stops=("b",))  # still checkpointing: no need to be told again
     assert bodies(core.on_telemetry([])) == [
-        NodeHeartbeat(node_id=N0, jobs=("a",), interval_s=0.5)]
+        NodeHeartbeat(node_id=N0, jobs=("a",), interval_s=0.5, handled=(0, 2))]
 
 
 def test_a_reconcile_stop_kills_a_running_job_and_ignores_unknown_ones() -> None:

@@ -212,7 +212,30 @@ def test_start_announces_the_inventory_and_heartbeats_carry_telemetry_and_jobs()
     core.handle(command(N0, 1, (launch("j", ((N0, (0,)),)),)), 0.0)  # type: ignore[arg-type]
     sample = GpuSample(uuid="GPU-0-a", utilization_ratio=0.5, memory_used_bytes=7)
     assert bodies(core.on_telemetry([sample])) == [
-        NodeHeartbeat(node_id=N0, gpus=(sample,), jobs=("j",), interval_s=SETTINGS.heartbeat_s)]
+        NodeHeartbeat(node_id=N0, gpus=(sample,), jobs=("j",), interval_s=SETTINGS.heartbeat_s,
+                      handled=(0, 1))]
+
+
+def heartbeat_jobs(core: TrainerNodeCore) -> tuple[str, ...]:
+    [hb] = bodies(core.on_telemetry([]))
+    assert isinstance(hb, NodeHeartbeat)
+    return hb.jobs
+
+
+def test_a_job_waiting_to_rerun_here_is_listed_and_a_stop_cancels_the_rerun() -> None:
+    """The scheduler counts a launched run missing from the heartbeats as vanished: a job
+    whose previous run is still checkpointing is about to run, so it is listed."""
+    core = agent(0)
+    core.handle(command(N0, 1, (launch("j", ((N0, (0,)),)),)), 0.0)  # type: ignore[arg-type]
+    core.handle(command(N0, 2, stops=(Stop(job_id="j", reason="preempt"),)),
+                0.0)  # type: ignore[arg-type]
+    assert heartbeat_jobs(core) == ()  # stopping, for good as far as it knows
+    core.handle(command(N0, 3, (launch("j", ((N0, (1,)),)),)), 0.0)  # type: ignore[arg-type]
+    assert heartbeat_jobs(core) == ("j",)  # reruns once the old run has exited
+    core.handle(command(N0, 4, stops=(Stop(job_id="j", reason="preempt"),)),
+                0.0)  # type: ignore[arg-type]
+    assert heartbeat_jobs(core) == ()
+    assert spawns(core.on_exit("j", 0, 0)) == []  # the rerun was called off
 
 
 @pytest.mark.parametrize(("colocated", "share"), [((), None), (("j",), None),
