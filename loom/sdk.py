@@ -226,6 +226,11 @@ class Session:
         self._window: Window | None = None
         self._clock: ReportClock | None = None
         self._active_batch: int | None = None
+        # The loss/stop all-reduce's buffer lives as long as the session: were a step's own
+        # tensor freed while gloo's worker thread still held it, that thread would need the
+        # GIL to let go of it, and DDP's teardown (holding the GIL, joining the thread) would
+        # wait for ever. CI caught a rank hanging so at exit.
+        self._sync: torch.Tensor | None = None
 
     # --- the context --------------------------------------------------------------------------
 
@@ -393,9 +398,11 @@ class Session:
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else loss
         flag = 1.0 if self._stop_signal is not None else 0.0
         if self.world_size > 1:
-            buf = torch.tensor([0.0 if value is None else value, flag], dtype=torch.float64)
-            if self._comm.backend == "nccl":
-                buf = buf.cuda()
+            if self._sync is None:
+                self._sync = torch.zeros(2, dtype=torch.float64,
+                                         device="cuda" if self._comm.backend == "nccl" else "cpu")
+            buf = self._sync
+            buf[0], buf[1] = 0.0 if value is None else value, flag
             self._comm.allreduce_sum_(buf)
             total, flag = buf.tolist()
             value = None if value is None else total / self.world_size

@@ -3,6 +3,7 @@ real processes through preemption, exact resume and a resize from 1 to 2 ranks."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -167,8 +168,14 @@ def test_a_bare_torchrun_joins_as_the_node_agent_sets_it_up(tmp_path: Path) -> N
                "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port)}
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", str(EXAMPLE)], cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            start_new_session=True))
+    try:
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:  # torchrun and its worker, not left behind if one hangs
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
     assert [p.returncode for p in procs] == [0, 0]
     records = [decode(line) for line in outs[0].splitlines()]
     assert outs[1] == ""  # rank 0 speaks for the job
