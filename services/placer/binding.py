@@ -42,6 +42,11 @@ class HeldByAnother(DoubleBooking, RetryLater):
     may just not have reached the placer yet (its own consumer), so the plan is retried."""
 
 
+class StillBound(DoubleBooking, RetryLater):
+    """A relaunch of a job the placer still sees bound: the report that ended its run (a
+    failure, then a retry after backoff) may not have reached the placer yet; retried too."""
+
+
 class StaleTerm(RuntimeError):
     """A plan of a deposed scheduler leader (an older election term than one already seen)."""
 
@@ -126,7 +131,7 @@ class PlacerCore(CoreDefaults):
             job = launch.job_id
             allowed = set(launch.colocated) | {job}
             if job in self.bound and job not in stopping:
-                raise DoubleBooking(f"job {job} launched while still bound")
+                raise StillBound(f"job {job} launched while still bound")
             per_node: list[tuple[str, int]] = []
             for node, gpus in launch.placement:
                 size = self._size.get(node)
