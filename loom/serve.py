@@ -43,6 +43,7 @@ from services.nodeagent.live import NodeAgentShell
 from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
+from services.runtime.children import die_with_parent
 from services.runtime.clock import WallClock
 from services.runtime.logging import get_logger
 from services.runtime.nats_auth import NatsAuth
@@ -388,7 +389,7 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
         for cmd in commands:
             children.append(await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "loom.cli", "serve", *cmd,
-                env={**os.environ, **opts.auth.to_env()}))
+                env={**os.environ, **opts.auth.to_env()}, preexec_fn=die_with_parent))
         await _await_services(url, len(commands), opts.auth)
         record = url_file()
         record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.runtime.children import die_with_parent
+
 
 class NatsServerError(RuntimeError):
     pass
@@ -64,7 +66,7 @@ class EmbeddedNats:
         proc = subprocess.Popen(
             [find_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store / "js"),
              "-l", str(log)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
         )
         server = cls(port, store, proc, tmp)
         deadline = asyncio.get_running_loop().time() + timeout

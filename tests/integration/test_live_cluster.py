@@ -127,6 +127,36 @@ README_JSON = (b'{"model": "bert", "gpus": 2, "iterations": 5000, "iteration_tim
                b'"tenant": "nlp"}')
 
 
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is `pid` (from /proc)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+def test_a_killed_loom_up_takes_its_services_and_nats_server_with_it(
+        cluster: tuple[subprocess.Popen[str], str]) -> None:
+    """SIGKILL leaves `loom up` no chance to stop its children; they must not run on."""
+    proc, _ = cluster
+    kids = _children(proc.pid)
+    assert len(kids) >= 6  # nats-server, scheduler, placer, metrics, two node agents
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while (alive := [k for k in kids if Path(f"/proc/{k}").exists()
+                     and "Z" not in Path(f"/proc/{k}/stat").read_text().rsplit(")", 1)[1][:3]]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive == [], f"still running after their parent was killed: {alive}"
+
+
 def test_the_readme_shows_exactly_these_bytes() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert f"nats pub loom.jobs.submit '{README_JSON.decode()}'" in readme
