@@ -148,6 +148,11 @@ class JobRecord:
                             self.preemptions, gpu_count(self.placement) if running else 0)
 
 
+def _on_node(rec: JobRecord, node: str) -> bool:
+    """Whether the job's placement uses `node`."""
+    return any(n == node for n, _ in rec.placement)
+
+
 def _admission_order(rec: JobRecord) -> int:
     return rec.admitted
 
@@ -333,18 +338,24 @@ class SchedulerCore(CoreDefaults):
             if not _all_work_done(rec, msg):
                 return []
             cause = f"completed on {msg.node_id}, a node it had left"
-        rec.iterations_done = msg.iterations_done
-        rec.attained_s += now - rec.accounted_at
-        rec.accounted_at = now
-        rec.ended_at = now
-        del self._running[msg.job_id]
-        del self._views[msg.job_id]
-        self.policy.job_removed(msg.job_id)
+        self._end_run(rec, msg.iterations_done, now)
         if msg.failure is not None:
             return self._on_trainer_failed(rec, msg, now)
         rec.status = Status(code=StatusCode.FINISHED, reason="completed", decided_by=msg.node_id)
         effects: list[Effect] = [self._transition(rec, JobState.FINISHED, cause, now)]
         return effects + self._request_cycle(now, "completion")
+
+    def _end_run(self, rec: JobRecord, iterations_done: float, now: float) -> None:
+        """The job's run is over (done, failed or vanished): off the running set and out of
+        the policy's sight, its attained service counted up to now."""
+        jid = rec.spec.job_id
+        rec.iterations_done = iterations_done
+        rec.attained_s += now - rec.accounted_at
+        rec.accounted_at = now
+        rec.ended_at = now
+        del self._running[jid]
+        del self._views[jid]
+        self.policy.job_removed(jid)
 
     def _finished_while_requeued(self, msg: JobFinished, now: float) -> list[Effect]:
         """A node taken for lost may yet complete the job before it hears of the requeue, and
@@ -424,9 +435,7 @@ class SchedulerCore(CoreDefaults):
             return []
         self._advance(rec, now, 0.0)  # the node reports the exact figure when it stops
         rec.placement, rec.group = (), ()
-        effects: list[Effect] = [Publish(subjects.PLAN_DECIDED, PlanDecided(
-            cycle=self.cycle, stops=(Stop(job_id=jid, reason=why),),
-            running=len(self._running), term=self.term))]
+        effects: list[Effect] = [self._plan_out(stops=[Stop(job_id=jid, reason=why)])]
         if why == "suspend":
             rec.preemptions += 1
             effects.append(self._transition(rec, JobState.PREEMPTED, "suspended", now))
@@ -450,7 +459,7 @@ class SchedulerCore(CoreDefaults):
         if hb.handled is not None:
             listed = set(hb.jobs)
             for rec in [r for r in self._running.values() if r.launched_by is not None
-                        and r.launched_by <= hb.handled and any(n == node for n, _ in r.placement)]:
+                        and r.launched_by <= hb.handled and _on_node(r, node)]:
                 rec.unseen = 0 if rec.spec.job_id in listed else rec.unseen + 1
                 if rec.unseen >= VANISHED_AFTER_BEATS:
                     effects += self._on_vanished(rec, node, now)
@@ -462,23 +471,23 @@ class SchedulerCore(CoreDefaults):
         """A run its node no longer has (it never started, or ended unreported): stop what is
         left of it, and count it as a failed attempt (backoff, then retry or fail)."""
         jid = rec.spec.job_id
-        del self._running[jid]
-        del self._views[jid]
-        self.policy.job_removed(jid)
-        rec.attained_s += now - rec.accounted_at
-        rec.accounted_at = now
-        rec.iterations_done = rec.reported  # its last checkpoint, as far as we know
-        rec.launched_by = None
+        self._end_run(rec, rec.reported, now)  # its last checkpoint, as far as we know
         why = f"its run vanished from node {node} (not in {VANISHED_AFTER_BEATS} heartbeats)"
-        stop = Publish(subjects.PLAN_DECIDED, PlanDecided(
-            cycle=self.cycle, stops=(Stop(job_id=jid, reason=why),),
-            running=len(self._running), term=self.term))
         lost = JobFinished(job_id=jid, node_id=node, iterations_done=rec.reported, failure=why)
-        return [stop, *self._on_trainer_failed(rec, lost, now)]
+        return [self._plan_out(stops=[Stop(job_id=jid, reason=why)]),
+                *self._on_trainer_failed(rec, lost, now)]
+
+    def _plan_out(self, stops: Sequence[Stop] = (), launches: Sequence[Launch] = (),
+                  busy_gpus: int = 0) -> Publish:
+        """A change to what runs where, for the placer: stamped with this cycle and this
+        leader's term (the placer refuses older terms), in a cycle or outside one."""
+        return Publish(subjects.PLAN_DECIDED, PlanDecided(
+            cycle=self.cycle, launches=tuple(launches), stops=tuple(stops),
+            running=len(self._running), busy_gpus=busy_gpus, term=self.term))
 
     def _runs_on(self, job_id: str, node: str) -> bool:
         rec = self._running.get(job_id)
-        return rec is not None and any(n == node for n, _ in rec.placement)
+        return rec is not None and _on_node(rec, node)
 
     def _on_lost(self, node: str, now: float) -> list[Effect]:
         self.faults.lost.add(node)
@@ -488,7 +497,7 @@ class SchedulerCore(CoreDefaults):
         """Take every job off `node` (lost, or its agent restarted): each goes back to the
         queue from the progress last reported, and its other nodes stop their ranks."""
         hit = [rec for rec in sorted(self._running.values(), key=_admission_order)
-               if any(n == node for n, _ in rec.placement)]
+               if _on_node(rec, node)]
         if not hit:
             return []
         stops: list[Stop] = []
@@ -509,9 +518,8 @@ class SchedulerCore(CoreDefaults):
             # its admission) and sees it wait again.
             view = self._views[jid] = rec.view()
             self.policy.job_requeued(view)
-        plan = Publish(subjects.PLAN_DECIDED, PlanDecided(
-            cycle=self.cycle, stops=tuple(stops), running=len(self._running)))
-        return [plan, *transitions, *self._request_cycle(now, f"node-{why}")]
+        return [self._plan_out(stops=stops), *transitions,
+                *self._request_cycle(now, f"node-{why}")]
 
     def _on_trainer_failed(self, rec: JobRecord, msg: JobFinished, now: float) -> list[Effect]:
         """The job's trainer failed on its own (already off the running set and the policy's
@@ -694,9 +702,7 @@ class SchedulerCore(CoreDefaults):
         if stops or launches:
             busy = len({(node, i) for r in self._running.values() for node, gpus in r.placement
                         for i in gpus})
-            effects.append(Publish(subjects.PLAN_DECIDED, PlanDecided(
-                cycle=self.cycle, launches=tuple(launches), stops=tuple(stops),
-                running=len(self._running), busy_gpus=busy, term=self.term)))
+            effects.append(self._plan_out(stops, launches, busy_gpus=busy))
         effects += transitions
         if self.config.replan != "round":
             # Always re-arm or clear: a stale wake-up would add a cycle the policy did not ask for.

@@ -160,6 +160,31 @@ def test_reports_from_a_lost_node_are_ignored() -> None:
     assert deliver(core, JobFinished(job_id="b", node_id="n1", iterations_done=1000), 33.0) == []
 
 
+def _lost(core: SchedulerCore) -> list[Effect]:
+    deliver(core, beat("n1", "b"), 10.0)
+    return core.on_timer(lost_key("n1"), 25.0)
+
+
+def _vanished(core: SchedulerCore) -> list[Effect]:
+    deliver(core, seen("n1", (4, 1)), 10.0)
+    return deliver(core, seen("n1", (4, 1)), 15.0)
+
+
+def _suspended(core: SchedulerCore) -> list[Effect]:
+    return deliver(core, OperatorCommand(command="suspend", job_id="b"), 10.0)
+
+
+@pytest.mark.parametrize("take_off", [_lost, _vanished, _suspended])
+def test_plans_outside_a_cycle_carry_the_leader_s_term(take_off: Any) -> None:
+    """The placer refuses plans of an older term: a lost node's requeue used to go out with
+    term 0, so after any election the placer dead-lettered it and kept the jobs bound."""
+    core = core_with(("a", 4), ("b", 4))
+    core.term = 4  # elected after these jobs were launched (at term 0)
+    (plan,) = published(take_off(core), PlanDecided)
+    assert [s.job_id for s in plan.stops] == ["b"]
+    assert (plan.term, plan.cycle) == (4, core.cycle)
+
+
 def test_a_finish_from_a_node_the_job_has_left() -> None:
     """Partial or failed: stale, ignored. All the work: the job is done (the placer stops the
     run it has now; found by the chaos test, where ignoring it left the job with no run)."""
