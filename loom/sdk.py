@@ -111,30 +111,30 @@ class Environment:
         if not (report in ("stdout", "none") or (report.startswith("fd:") and report[3:].isdigit())
                 or (report.startswith("file:") and len(report) > 5)):
             raise SdkError(f"LOOM_REPORT={report!r}: use stdout, fd:N, file:PATH or none")
-        grace = _float_var(env, "LOOM_GRACE_S")
-        rendezvous = _float_var(env, "LOOM_RENDEZVOUS_TIMEOUT_S")
-        if rendezvous is not None and rendezvous <= 0:
-            raise SdkError(f"LOOM_RENDEZVOUS_TIMEOUT_S={rendezvous} must be above 0")
         return cls(
             job_id=env.get("LOOM_JOB_ID", "local"), rank=rank, world_size=world,
             checkpoint_dir=Path(ckpt) if ckpt else None,
             iterations=_int_var(env, "LOOM_ITERATIONS", None, low=1),
             batch_size=_int_var(env, "LOOM_BATCH_SIZE", None, low=1),
             report=report, report_every=_int_var(env, "LOOM_REPORT_EVERY", 10, low=0) or 0,
-            grace_s=grace,
-            rendezvous_timeout_s=(DEFAULT_RENDEZVOUS_TIMEOUT_S if rendezvous is None
-                                  else rendezvous),
+            grace_s=_float_var(env, "LOOM_GRACE_S", None),
+            rendezvous_timeout_s=_float_var(env, "LOOM_RENDEZVOUS_TIMEOUT_S",
+                                            DEFAULT_RENDEZVOUS_TIMEOUT_S, above=0),
         )
 
 
-def _float_var(env: Mapping[str, str], name: str) -> float | None:
+def _float_var(env: Mapping[str, str], name: str, default: float | None, *,
+               above: float | None = None) -> Any:
     raw = env.get(name)
     if raw is None or raw == "":
-        return None
+        return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise SdkError(f"{name}={raw!r} is not a number") from None
+    if above is not None and value <= above:
+        raise SdkError(f"{name}={value} must be above {above}")
+    return value
 
 
 def _int_var(env: Mapping[str, str], name: str, default: int | None, *, low: int) -> Any:

@@ -32,14 +32,14 @@ class CommandGate:
             return None
         self.term = cmd.term
         key = (cmd.term, cmd.cycle)
-        if cmd.cycle >= 0 and (self.handled is None or key > self.handled):
-            self.handled = key
         if cmd.cycle < 0:  # out of cycle: always applies
             # The rest of a gang whose leader finished it is done here for good; a reconcile
             # stop (a heartbeat named a run the scheduler no longer places here) is not: the
             # job may well be launched here again.
             self.finished.update(s.job_id for s in cmd.stops if s.reason == STOP_GANG_FINISHED)
             return cmd
+        if self.handled is None or key > self.handled:
+            self.handled = key
         stops = tuple(s for s in cmd.stops if self.launched.get(s.job_id, (-1, -1)) <= key)
         launches = tuple(x for x in cmd.launches if x.job_id not in self.finished
                          and self.launched.get(x.job_id, (-1, -1)) < key)

@@ -119,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="auto: nccl on cuda, else gloo; world size 1 opens no process group")
     dist.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                       help="auto: cuda:0 of CUDA_VISIBLE_DEVICES if there is one, else cpu")
-    dist.add_argument("--rendezvous-timeout", type=float, default=300.0,
-                      help="seconds to wait for peers, also per collective (default 300)")
+    dist.add_argument("--rendezvous-timeout", type=float, default=DEFAULT_RENDEZVOUS_TIMEOUT_S,
+                      help="seconds to wait for peers, also per collective "
+                           f"(default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})")
     run = p.add_argument_group("run")
     run.add_argument("--data", metavar="PATH",
                      help="train on a real dataset: CIFAR-10 binary batches or an image folder "

@@ -127,17 +127,22 @@ README_JSON = (b'{"model": "bert", "gpus": 2, "iterations": 5000, "iteration_tim
                b'"tenant": "nlp"}')
 
 
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: state, parent PID, ...; None once reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _children(pid: int) -> list[int]:
-    """PIDs whose parent is `pid` (from /proc)."""
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
+    return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()
+            and (fields := _stat(int(d.name))) is not None and int(fields[1]) == pid]
+
+
+def _running(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"  # a zombie has exited
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
@@ -150,9 +155,7 @@ def test_a_killed_loom_up_takes_its_services_and_nats_server_with_it(
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 30
-    while (alive := [k for k in kids if Path(f"/proc/{k}").exists()
-                     and "Z" not in Path(f"/proc/{k}/stat").read_text().rsplit(")", 1)[1][:3]]) \
-            and time.monotonic() < deadline:
+    while (alive := [k for k in kids if _running(k)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert alive == [], f"still running after their parent was killed: {alive}"
 
