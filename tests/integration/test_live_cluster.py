@@ -24,6 +24,7 @@ import pytest
 
 from loom.serve import ping
 from services.runtime.natsserver import free_port
+from tests.procfs import alive, children
 
 pytestmark = pytest.mark.nats
 
@@ -127,37 +128,19 @@ README_JSON = (b'{"model": "bert", "gpus": 2, "iterations": 5000, "iteration_tim
                b'"tenant": "nlp"}')
 
 
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name: state, parent PID, ...; None once reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _children(pid: int) -> list[int]:
-    return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()
-            and (fields := _stat(int(d.name))) is not None and int(fields[1]) == pid]
-
-
-def _running(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"  # a zombie has exited
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
 def test_a_killed_loom_up_takes_its_services_and_nats_server_with_it(
         cluster: tuple[subprocess.Popen[str], str]) -> None:
     """SIGKILL leaves `loom up` no chance to stop its children; they must not run on."""
     proc, _ = cluster
-    kids = _children(proc.pid)
+    kids = children(proc.pid)
     assert len(kids) >= 6  # nats-server, scheduler, placer, metrics, two node agents
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 30
-    while (alive := [k for k in kids if _running(k)]) and time.monotonic() < deadline:
+    while (running := [k for k in kids if alive(k)]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert alive == [], f"still running after their parent was killed: {alive}"
+    assert running == [], f"still running after their parent was killed: {running}"
 
 
 def test_the_readme_shows_exactly_these_bytes() -> None:

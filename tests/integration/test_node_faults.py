@@ -32,6 +32,7 @@ from schemas.codec import decode
 from schemas.events import DeadLetter, JobTransition, NodeCommand, TrainerReport
 from schemas.job import JobState
 from services.runtime.natsserver import EmbeddedNats
+from tests.procfs import alive, children
 
 pytestmark = pytest.mark.nats
 
@@ -110,25 +111,14 @@ def trainers_of(job: str, parent: int) -> set[int]:
     """PIDs of the job's trainer processes that `parent` (a node agent) started."""
     found = set()
     needle = f"LOOM_JOB_ID={job}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in children(parent):
         try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
             continue
-        if needle in environ and ppid == parent:
-            found.add(int(entry.name))
+        if needle in environ:
+            found.add(pid)
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def until(what: str, check: Any, watch: Watch) -> Any:
