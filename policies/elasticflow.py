@@ -183,13 +183,17 @@ class JobPlan:
     alloc: dict[float, int]  # merged, in time order
     end: float  # slot-aligned end: the GPUs are held until here
     real_end: float
-    raw: Steps  # the profile once the job's GPUs are taken, before merging
+    # The profile once the job's GPUs are taken: lists before merging, or the compiled
+    # kernel's arrays, already merged. Read only when the plan is committed, so made lazily.
+    raw: Steps | tuple[np.ndarray, np.ndarray]
     _merged: Steps | None = None
 
     @property
     def steps(self) -> Steps:
         if self._merged is None:
-            self._merged = merged(*self.raw)
+            ts, vs = self.raw
+            self._merged = ((ts.tolist(), vs.tolist()) if isinstance(ts, np.ndarray)
+                            else merged(ts, vs))
         return self._merged
 
     def first_change(self, now: float) -> float | None:
@@ -611,9 +615,9 @@ def _scalars(now: float, total: int, slot: float) -> tuple[float, int, float]:
 
 def _job_plan(met: bool, alloc_t: np.ndarray, alloc_g: np.ndarray, end: float, real_end: float,
               ts: np.ndarray, vs: np.ndarray) -> JobPlan:
-    """A kernel plan as a JobPlan (its profile comes merged, so `raw` is `steps`)."""
+    """A kernel plan as a JobPlan (its profile stays arrays until it is read)."""
     return JobPlan(bool(met), dict(zip(alloc_t.tolist(), alloc_g.tolist(), strict=True)),
-                   float(end), float(real_end), (ts.tolist(), vs.tolist()))
+                   float(end), float(real_end), (ts, vs))
 
 
 def _allocate_leftover_compiled(jobs: list[Growing], free: Steps, now: float, total: int,
