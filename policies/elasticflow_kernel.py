@@ -112,11 +112,16 @@ def set_at(ts: Any, vs: Any, t: float, v: int) -> tuple[Any, Any]:
 
 @njit(cache=True)
 def merged(ts: Any, vs: Any) -> tuple[Any, Any]:
-    """Drop breakpoints that repeat the previous value."""
-    keep = np.ones(len(ts), np.bool_)
-    for i in range(1, len(ts)):
-        keep[i] = vs[i] != vs[i - 1]
-    return ts[keep].copy(), vs[keep].copy()
+    """Drop breakpoints that repeat the previous value (into new arrays)."""
+    mts = np.empty(len(ts), F64)
+    mvs = np.empty(len(ts), I64)
+    m = 0
+    for i in range(len(ts)):
+        if m == 0 or vs[i] != mvs[m - 1]:
+            mts[m] = ts[i]
+            mvs[m] = vs[i]
+            m += 1
+    return mts[:m], mvs[:m]
 
 
 @njit(cache=True)
@@ -158,7 +163,7 @@ def keyed_alloc(ts: Any, a: Any) -> tuple[Any, Any]:
             at[m] = ts[k]
             ag[m] = a[k]
             m += 1
-    return at[:m].copy(), ag[:m].copy()
+    return at[:m], ag[:m]
 
 
 @njit(cache=True)
@@ -348,7 +353,11 @@ def plan_mss(left: float, ddl: float, rate: Any, fit: Any, levels: Any, is_level
 
 @njit(cache=True)
 def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
-    """The profile with a plan's GPUs given back, merged (`policies.elasticflow._without`)."""
+    """The profile with a plan's GPUs given back, merged (`policies.elasticflow._without`):
+    one pass over the union of the profile's and the plan's breakpoints (all of them at or
+    after the profile's first, as every plan starts now) where it can, else step by step."""
+    if at[0] >= fts[0] and end >= fts[0]:
+        return _without_merge(at, ag, end, fts, fvs)
     ts, vs = fts.copy(), fvs.copy()
     for n in range(len(at) + 1):
         t = at[n] if n < len(at) else end
@@ -365,6 +374,49 @@ def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]
             for k in range(i, j):
                 vs[k] += g
     return merged(ts, vs)
+
+
+@njit(cache=True)
+def _without_merge(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
+    """`without` when no plan time precedes the profile: the same breakpoints (the profile's,
+    the plan's and its end, each once, in order; a new one takes the value of the profile's
+    segment it falls in), the plan's GPUs added where it holds them before its end, then
+    repeats dropped."""
+    n, na = len(fts), len(at)
+    e = bisect_left(at, end)  # the end among the plan's times (it may precede the last)
+    pts = np.empty(na + 1, F64)
+    pts[:e] = at[:e]
+    pts[e] = end
+    pts[e + 1:] = at[e:]
+    npts = na if e < na and at[e] == end else na + 1
+    if npts == na:
+        pts[:na] = at
+    ts = np.empty(n + na + 1, F64)
+    vs = np.empty(n + na + 1, I64)
+    i = 0  # next profile breakpoint
+    p = 0  # next plan breakpoint
+    seg = -1  # the plan's segment holding the current time (-1: before the plan)
+    m = 0
+    while i < n or p < npts:
+        u = pts[p] if p < npts else np.inf
+        t = fts[i] if i < n else np.inf
+        if t <= u:
+            time, value = t, fvs[i]
+            i += 1
+            if t == u:
+                p += 1
+        else:
+            time, value = u, fvs[i - 1]  # i >= 1: u >= fts[0]
+            p += 1
+        while seg + 1 < na and at[seg + 1] <= time:
+            seg += 1
+        if seg >= 0 and time < end and ag[seg] and at[seg] < end:
+            value += ag[seg]
+        if m == 0 or value != vs[m - 1]:
+            ts[m] = time
+            vs[m] = value
+            m += 1
+    return ts[:m], vs[:m]
 
 
 @njit(cache=True)
@@ -399,13 +451,11 @@ def trial(i: Any, left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nlev: A
           is_level: Any, at: Any, ag: Any, end: float, fts: Any, fvs: Any, now: float,
           total: int, slot: float, step: int) -> Any:
     """Job i re-planned holding `step` GPUs from now, its own GPUs given back first: (met,
-    alloc times, alloc GPUs, end, real end, merged profile times, values)."""
+    alloc times, alloc GPUs, end, real end, profile times, values). The profile is left
+    unmerged: most trials only price a growth, and only the chosen one's profile is kept."""
     wt, wv = without(at, ag, end, fts, fvs)
-    met, tat, tag, tend, treal, ts, vs = plan_mss(
-        left[i], ddl[i], rate[i], fit[i], levels[i, :nlev[i]], is_level[i], wt, wv, now, total,
-        slot, step)
-    mts, mvs = merged(ts, vs)
-    return met, tat, tag, tend, treal, mts, mvs
+    return plan_mss(left[i], ddl[i], rate[i], fit[i], levels[i, :nlev[i]], is_level[i], wt, wv,
+                    now, total, slot, step)
 
 
 @njit(cache=True)
@@ -488,9 +538,9 @@ def allocate_leftover(left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nle
                                    at_l[i], ag_l[i], end[i], fts, fvs, now, total, slot,
                                    step[i])
             spare -= step[i] - gpus[i]
-            fts, fvs = tr_ts[i], tr_vs[i]
+            fts, fvs = merged(tr_ts[i], tr_vs[i])
             at_l[i], ag_l[i] = tr_at[i], tr_ag[i]
-            pl_ts[i], pl_vs[i] = tr_ts[i], tr_vs[i]
+            pl_ts[i], pl_vs[i] = fts, fvs
             end[i], real_end[i], met[i] = tr_end[i], tr_real[i], tr_met[i]
             gpus[i] = step[i]
             has_trial[i] = False
