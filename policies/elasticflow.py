@@ -652,6 +652,40 @@ def _allocate_leftover_compiled(jobs: list[Growing], free: Steps, now: float, to
     return fts.tolist(), fvs.tolist()
 
 
+@dataclass(frozen=True)
+class Allotted:
+    """A job after a cycle's planning: its GPUs now, and when its plan next changes them."""
+
+    need: Need
+    gpus: int
+    next_change: float | None
+
+
+def plan_cycle(needs: Sequence[Need], now: float, total: int, slot: float, *,
+               descending: bool = True, all_met: bool = False,
+               compiled: bool = True) -> list[Allotted] | None:
+    """A whole cycle: the jobs planned at their MSS in the given (deadline) order, then the
+    GPUs left free handed out (`allocate_leftover`); the jobs come back in its final order.
+    `all_met`: None instead if any job would miss its deadline (an admission check).
+    `compiled`: in one call to `policies.elasticflow_kernel` (the same results) when it can."""
+    if compiled and needs and _compilable(needs):
+        from policies import elasticflow_kernel as kernel
+
+        ok, order, gpus, changes = kernel.plan_cycle(
+            *_need_arrays(needs), *_scalars(now, total, slot), bool(descending), bool(all_met))
+        if not ok and all_met:
+            return None
+        return [Allotted(needs[i], g, None if math.isnan(t) else t)
+                for i, g, t in zip(order.tolist(), gpus[order].tolist(),
+                                   changes[order].tolist(), strict=True)]
+    ok, plans, free = plan_all(needs, now, total, slot, compiled=False)
+    if not ok and all_met:
+        return None
+    jobs = [Growing(n, plans[n.job_id], plans[n.job_id].alloc[now]) for n in needs]
+    allocate_leftover(jobs, free, now, total, slot, descending, compiled=False)
+    return [Allotted(j.need, j.gpus, j.plan.first_change(now)) for j in jobs]
+
+
 class ElasticFlow(Policy):
     name = "elasticflow"
     description = ("ElasticFlow: admission by minimum satisfactory share, elastic scaling, "
@@ -685,15 +719,16 @@ class ElasticFlow(Policy):
         needs = {jid: Need.of(job, self._speeds) for jid, job in snap.jobs.items()}
         arrived = [jid for jid in snap.jobs if jid not in self._admitted]
         declined: dict[str, str] = {}
-        plans: dict[str, JobPlan] | None = None
-        free: Steps = ([now], [total])
+        descending = self.leftover_order == "descending"
+        jobs: list[Allotted] | None = None
         if arrived:
+            # Planned with the newcomers, in the deadline order they would then have.
             trial = _by_deadline(self._order + arrived, needs)
-            ok, plans, free = plan_all([needs[j] for j in trial], now, total, slot)
-            if ok:
+            jobs = plan_cycle([needs[j] for j in trial], now, total, slot,
+                              descending=descending, all_met=True)
+            if jobs is not None:
                 self._admit(arrived)
             else:
-                plans = None
                 admitted = [j for j in arrived if needs[j].deadline == NO_DEADLINE]
                 self._admit(admitted)
                 reason = (f"a deadline would be missed if the {len(arrived)} job(s) arriving "
@@ -704,12 +739,10 @@ class ElasticFlow(Policy):
                         declined[jid] = reason
                         self.declined += 1
         self._order = _by_deadline(self._order, needs)
-        if plans is None:
-            _, plans, free = plan_all([needs[j] for j in self._order], now, total, slot)
-
-        jobs = [Growing(needs[j], plans[j], plans[j].alloc[now]) for j in self._order]
-        allocate_leftover(jobs, free, now, total, slot,
-                          descending=self.leftover_order == "descending")
+        if jobs is None:
+            jobs = plan_cycle([needs[j] for j in self._order], now, total, slot,
+                              descending=descending)
+            assert jobs is not None
         jobs.sort(key=lambda g: -g.gpus)  # the artifact places the largest jobs first
         self._order = [g.need.job_id for g in jobs]
         return self._place(snap, fit, jobs, declined)
@@ -720,7 +753,7 @@ class ElasticFlow(Policy):
             self._order.append(jid)
             self.accepted += 1
 
-    def _place(self, snap: Snapshot, fit: Fitter, jobs: list[Growing],
+    def _place(self, snap: Snapshot, fit: Fitter, jobs: list[Allotted],
                declined: dict[str, str]) -> Plan:
         plan = Plan(declined=declined)
         self._status = {}
@@ -743,13 +776,13 @@ class ElasticFlow(Policy):
             plan.run[jid] = slots
         waiting = (g for g in jobs if not g.gpus)
         for position, g in enumerate(waiting, start=1):
-            starts = g.plan.first_change(snap.now)
+            starts = g.next_change
             reason = ("its plan starts it when the GPUs free up" if starts is None else
                       f"its plan starts it at t={starts:g}")
             self._status[g.need.job_id] = Status(
                 code=StatusCode.WAITING_FOR_PRIORITY, reason=reason, decided_by=self.name,
                 queue_position=position)
-        changes = [t for g in jobs if (t := g.plan.first_change(snap.now)) is not None]
+        changes = [g.next_change for g in jobs if g.next_change is not None]
         plan.wakeup_at = min(changes) if changes else None
         plan.free_gpus = fit.free_gpus
         return plan
@@ -765,5 +798,6 @@ def _by_deadline(job_ids: Iterable[str], needs: Mapping[str, Need]) -> list[str]
     return sorted(job_ids, key=lambda j: needs[j].deadline)
 
 
-__all__ = ["NO_DEADLINE", "ElasticFlow", "Growing", "JobPlan", "Need", "Steps",
-           "allocate_leftover", "artifact_max_gpus", "gpu_seconds", "plan_all", "plan_mss"]
+__all__ = ["NO_DEADLINE", "Allotted", "ElasticFlow", "Growing", "JobPlan", "Need", "Steps",
+           "allocate_leftover", "artifact_max_gpus", "gpu_seconds", "plan_all", "plan_cycle",
+           "plan_mss"]

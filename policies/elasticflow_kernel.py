@@ -552,3 +552,41 @@ def allocate_leftover(left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nle
         for j in range(n):
             refresh[j] = step[j] > gpus[j]
     return order, gpus, at_l, ag_l, end, real_end, met, pl_ts, pl_vs, fts, fvs
+
+
+@njit(cache=True)
+def plan_cycle(left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nlev: Any,
+               is_level: Any, now: float, total: int, slot: float, descending: bool,
+               all_met: bool) -> Any:
+    """One ElasticFlow cycle, `plan_all` then `allocate_leftover`, with the plans passed
+    between them as arrays. `all_met`: give up (ok False, empty results) if a job would miss
+    its deadline (an admission check). Returns (ok, the final job order as indices, each
+    job's GPUs now, the first time after now its plan changes them, NaN if never)."""
+    ok, met, at_l, ag_l, end, real_end, _, _, fts, fvs = plan_all(
+        left, ddl, rate, fit, levels, nlev, is_level, now, total, slot)
+    n = len(left)
+    if all_met and not ok:
+        return False, np.empty(0, I64), np.empty(0, I64), np.empty(0, F64)
+    width = 1
+    for i in range(n):
+        width = max(width, len(at_l[i]))
+    plan_t = np.zeros((n, width), F64)
+    plan_g = np.zeros((n, width), I64)
+    plan_len = np.empty(n, I64)
+    gpus = np.empty(n, I64)
+    for i in range(n):
+        k = len(at_l[i])
+        plan_t[i, :k] = at_l[i]
+        plan_g[i, :k] = ag_l[i]
+        plan_len[i] = k
+        gpus[i] = ag_l[i][0]  # a plan's first breakpoint is now
+    order, gpus, at_l, _, _, _, _, _, _, _, _ = allocate_leftover(
+        left, ddl, rate, fit, levels, nlev, is_level, gpus, plan_t, plan_g, plan_len, end,
+        real_end, met, fts, fvs, now, total, slot, descending)
+    changes = np.full(n, np.nan)
+    for i in range(n):
+        for t in at_l[i]:
+            if t > now:
+                changes[i] = t
+                break
+    return ok, order, gpus, changes

@@ -20,6 +20,7 @@ from policies.elasticflow import (
     Need,
     allocate_leftover,
     plan_all,
+    plan_cycle,
 )
 
 SLOT = 60.0
@@ -75,3 +76,15 @@ def test_compiled_leftover_matches_the_readable_one(seed: int, descending: bool)
     for a, b in zip(fast, slow, strict=True):
         assert (a.gpus, a.step, seen(a.plan)) == (b.gpus, b.step, seen(b.plan)), a.need.job_id
     assert fast_free == (list(slow_free[0]), list(slow_free[1]))
+
+
+@pytest.mark.parametrize("seed", range(0, 150, 3))
+def test_one_compiled_cycle_matches_the_readable_planner(seed: int) -> None:
+    """`plan_cycle` in one kernel call: the same order, GPUs and next changes, and the same
+    refusal when the admission check (every deadline met) fails."""
+    needs, now, total = case(seed)
+    for all_met in (False, True):
+        slow = plan_cycle(needs, now, total, SLOT, all_met=all_met, compiled=False)
+        fast = plan_cycle(needs, now, total, SLOT, all_met=all_met, compiled=True)
+        assert fast == slow
+    assert plan_cycle(needs, now, total, SLOT) is not None
