@@ -151,12 +151,8 @@ def gpu_seconds(at: Any, ag: Any, end: float) -> Any:
 @njit(cache=True)
 def keyed_alloc(ts: Any, a: Any) -> tuple[Any, Any]:
     """The plan's allocation from its per-breakpoint values, in time order, merged."""
-    n = 0
-    for k in range(len(a)):
-        if a[k] >= 0:
-            n += 1
-    at = np.empty(n, F64)
-    ag = np.empty(n, I64)
+    at = np.empty(len(a), F64)
+    ag = np.empty(len(a), I64)
     m = 0
     for k in range(len(a)):
         if a[k] >= 0 and (m == 0 or a[k] != ag[m - 1]):
