@@ -28,13 +28,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import nats.errors
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 import policies
-from loom import live_cli
+from loom import live_args
 from loom.plots import jct_cdf, jct_vs_load
 from loom.profile import add_profile_command, cmd_profile
 from loom.replay import commands as replay_cli
@@ -203,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_command(sub)
     sub.add_parser("policies", help="list registered policies")
     sub.add_parser("traces", help="list bundled traces and clusters")
-    live_cli.add_live_commands(sub, _positive, _overhead)
+    live_args.add_live_commands(sub, _positive, _overhead)
     replay_cli.add_commands(sub, _positive, _overhead)
     return parser
 
@@ -431,10 +430,26 @@ def cmd_traces(_: argparse.Namespace) -> int:
     return 0
 
 
+def _live(name: str) -> Callable[[argparse.Namespace], int]:
+    """A live-cluster command, its module (the NATS client, the services) loaded to run it."""
+    def run(args: argparse.Namespace) -> int:
+        from loom import live_cli
+
+        return live_cli.COMMANDS[name](args)
+
+    return run
+
+
+def _from_nats(exc: Exception) -> bool:
+    """Whether the NATS client raised this (then its module is loaded)."""
+    errors = sys.modules.get("nats.errors")
+    return errors is not None and isinstance(exc, errors.Error)
+
+
 COMMANDS = {"sim": cmd_sim, "compare": cmd_compare, "sweep": cmd_sweep,
             "gen-trace": cmd_gen_trace, "policies": cmd_policies, "traces": cmd_traces,
             "profile": cmd_profile,
-            **live_cli.COMMANDS, **replay_cli.COMMANDS}
+            **{name: _live(name) for name in live_args.COMMANDS}, **replay_cli.COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -446,8 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TraceError, policies.UnknownPolicy, ValueError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
-    except (OSError, NatsServerError, nats.errors.Error) as exc:
-        where = getattr(args, "nats_url", None) or "the embedded nats-server"
+    except Exception as exc:
+        if not isinstance(exc, OSError | NatsServerError) and not _from_nats(exc):
+            raise
+        where = (getattr(args, "nats_url", None) or getattr(args, "url", None)
+                 or "the embedded nats-server")
         err.print(f"[red]error:[/red] NATS at {escape(where)}: {type(exc).__name__}: "
                   f"{escape(str(exc))}",
                   highlight=False)

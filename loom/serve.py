@@ -20,7 +20,6 @@ import os
 import secrets
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 
 import nats.micro
 
+from loom.live_args import SERVICES, url_file
 from loom.simulate import make_scheduler
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuInfo, GpuLink, NodeInfo
@@ -55,26 +55,9 @@ from services.scheduler.leader import Elector, FencedShell, LeaseStore, Replica,
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
 from services.scheduler.recovery import recover
 
-SERVICES = ("scheduler", "placer", "metrics", "injector", "nodeagent")
 CONTROL_PLANE = ("scheduler", "placer", "metrics")
 VERSION = "0.1.0"
 log = get_logger("loom.serve")
-
-
-def url_file() -> Path:
-    """Where a running `loom up` leaves its NATS URL for `loom submit`, `status`, ..."""
-    base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
-    return base / f"loom-{os.getuid()}" / "nats-url"
-
-
-def default_url() -> str:
-    """`LOOM_NATS_URL`, else the URL of the `loom up` running here, else the standard port."""
-    if os.environ.get("LOOM_NATS_URL"):
-        return os.environ["LOOM_NATS_URL"]
-    try:
-        return url_file().read_text().strip() or "nats://127.0.0.1:4222"
-    except OSError:
-        return "nats://127.0.0.1:4222"
 
 
 def control_subject(service: str) -> str:

@@ -15,12 +15,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from loom.eventlog import RunInfo, read_log
+from loom.live_args import default_url
 from loom.replay.cores import fresh_cores
 from loom.replay.engine import check_digest, replay
-from loom.replay.export import export_stream
 from loom.replay.whatif import arrivals, comparison_rows, recorded_summary, what_if
 from loom.runs import RunSpec
-from loom.serve import default_url
 from loom.simulate import SimConfig
 from schemas import subjects
 from traces import load_cluster
@@ -127,6 +126,8 @@ def cmd_log(args: argparse.Namespace) -> int:
         cluster = load_cluster(args.cluster, args.gpus_per_server).model_dump(mode="json")
     run = RunInfo(policy=args.policy, cluster=cluster, seed=args.seed, overhead=args.overhead,
                   round_s=args.round_s, trace=f"stream {args.stream}", run_id="live")
+    from loom.replay.export import export_stream  # the NATS client: only to export
+
     n = asyncio.run(export_stream(args.url, args.stream, args.out, run))
     out.print(f"wrote {args.out}: {n:,} messages from stream {args.stream}")
     return 0

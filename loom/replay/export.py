@@ -13,13 +13,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from loom.eventlog import EventLogWriter, RunInfo
 from schemas.codec import decode
 from services.runtime.bus import MSG_ID
-from services.runtime.nats_live import server_list
+from services.runtime.nats_live import connect_once
 
 NEXT_TIMEOUT_S = 5.0
 
@@ -36,8 +35,7 @@ def _time(data: bytes, stored: Any, previous: float | None) -> float:
 async def export_stream(url: str, stream: str, out: Path, run: RunInfo,
                         prefix: str = "") -> int:
     """Write every message of `stream` to `out`; returns how many."""
-    nc = await nats.connect(servers=server_list(url), connect_timeout=5,
-                            max_reconnect_attempts=1)
+    nc = await connect_once(url)
     writer: EventLogWriter | None = None
     done = False
     try:

@@ -93,6 +93,18 @@ def server_list(url: str) -> list[str]:
     return servers
 
 
+async def connect_once(url: str, **kwargs: Any) -> Any:
+    """A client for a one-shot command (`loom submit`, `status`, ...): each server is tried
+    twice, then the last error is raised for the command to report, with no traceback per
+    attempt. (nats-py's `max_reconnect_attempts=0` would retry for ever.)"""
+    async def quiet(_: Exception) -> None:
+        return None
+
+    return await nats.connect(servers=server_list(url), connect_timeout=5,
+                              max_reconnect_attempts=1, reconnect_time_wait=0.5,
+                              error_cb=quiet, **kwargs)
+
+
 class NatsLiveBus:
     def __init__(self, nc: Any, *, service: str, now: Callable[[], float],
                  stream: str = subjects.STREAM, prefix: str = "") -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
-from loom.serve import default_url, url_file
+from loom.cli import main
+from loom.live_args import default_url, url_file
 
 
 @pytest.fixture(autouse=True)
@@ -32,3 +34,26 @@ def test_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     url_file().write_text("nats://127.0.0.1:40123")
     monkeypatch.setenv("LOOM_NATS_URL", "nats://a:1,nats://b:2")
     assert default_url() == "nats://a:1,nats://b:2"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("argv", [
+    ["status"],
+    ["submit", "--model", "m", "--gpus", "1", "--iterations", "5"],
+    ["cancel", "job-1"],
+    ["log", "export", "--out", "run.eventlog.gz"],
+])
+def test_an_unreachable_server_is_an_error_naming_it_not_endless_retries(
+        argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = f"nats://127.0.0.1:{closed_port()}"
+    flag = "--url" if argv[0] == "log" else "--nats-url"
+    assert main([*argv, flag, url]) == 3
+    err = capsys.readouterr().err
+    assert f"NATS at {url}" in err and "Traceback" not in err

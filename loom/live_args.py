@@ -1,0 +1,179 @@
+"""The live-cluster commands' arguments, apart from the commands themselves.
+
+Building `loom`'s parser needs these for every command, `loom sim` included; the commands
+(`loom.live_cli`) load the NATS client and the live services, which a simulation never uses,
+so they are imported only when one of them runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from services.runtime.nats_auth import add_arguments as add_nats_auth
+
+SERVICES = ("scheduler", "placer", "metrics", "injector", "nodeagent")
+COMMANDS = ("serve", "up", "submit", "status", "demo", "cancel", "suspend", "resume", "drain",
+            "set-policy")
+
+
+def url_file() -> Path:
+    """Where a running `loom up` leaves its NATS URL for `loom submit`, `status`, ..."""
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+    return base / f"loom-{os.getuid()}" / "nats-url"
+
+
+def default_url() -> str:
+    """`LOOM_NATS_URL`, else the URL of the `loom up` running here, else the standard port."""
+    if os.environ.get("LOOM_NATS_URL"):
+        return os.environ["LOOM_NATS_URL"]
+    try:
+        return url_file().read_text().strip() or "nats://127.0.0.1:4222"
+    except OSError:
+        return "nats://127.0.0.1:4222"
+
+
+URL_HELP = ("NATS server(s), comma-separated (default: $LOOM_NATS_URL, else the `loom up` "
+            "running here, else nats://127.0.0.1:4222)")
+
+
+def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
+    s = sub.add_parser("serve", help="run one service on a live cluster (its own process)")
+    s.add_argument("service", choices=SERVICES)
+    s.add_argument("--nats-url", default=default_url(), help=URL_HELP)
+    s.add_argument("--cluster", required=True, help="bundled name, CSV or JSON cluster spec")
+    s.add_argument("--gpus-per-server", default="4", help="with GPU counts: GPUs per server")
+    s.add_argument("--policy", default="fifo", help="scheduler: policy (default fifo)")
+    s.add_argument("--round-s", type=positive, help="scheduler: re-plan every S seconds")
+    s.add_argument("--overhead", type=overhead, default="none",
+                   help="preemption/restart cost model of simulated nodes (default none)")
+    s.add_argument("--node", help="nodeagent: the node id this agent runs")
+    s.add_argument("--trace", help="injector: the trace to replay (at its times)")
+    s.add_argument("--time-scale", type=positive, default=1.0,
+                   help="cluster seconds per wall second, for simulated trainers (default 1)")
+    s.add_argument("--origin", type=float,
+                   help="Unix time at which cluster time 0 starts (default: use Unix time)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--tenants", help="scheduler: tenants file (TOML or JSON): weight, "
+                                     "max_gpus, max_queued per tenant (default: no limits)")
+    s.add_argument("--prometheus-port", type=int,
+                   help="metrics: serve Prometheus /metrics on PORT")
+    s.add_argument("--prometheus-addr", default="127.0.0.1",
+                   help="metrics: address to serve /metrics on (default 127.0.0.1; 0.0.0.0 "
+                        "in a container)")
+    s.add_argument("--stream-replicas", type=int, default=1,
+                   help="copies of the event stream when creating it on a NATS cluster "
+                        "(default 1; 3 on a 3-server cluster)")
+    s.add_argument("--replica", help="scheduler: this replica's id; replicas elect a leader "
+                   "with a lease in JetStream KV, the others stand by")
+    s.add_argument("--lease-s", type=positive, default=6.0,
+                   help="scheduler replicas: lease duration in seconds (default 6)")
+    s.add_argument("--renew-s", type=positive, default=2.0,
+                   help="scheduler replicas: renew/poll the lease every S seconds (default 2)")
+    agent = s.add_argument_group("nodeagent")
+    agent.add_argument("--trainers", choices=("pytorch", "simulated"), default="pytorch",
+                       help="pytorch: run real trainer processes (default); simulated: "
+                            "progress at the job's iteration time, no processes")
+    agent.add_argument("--fake-gpus", type=int,
+                       help="K fake GPUs (machines without GPUs) instead of NVML/DCGM")
+    agent.add_argument("--gpu-backend", choices=("auto", "dcgm", "nvml"), default="auto",
+                       help="GPU discovery and telemetry (default: DCGM if present, else NVML)")
+    agent.add_argument("--checkpoint-root", type=Path, default=Path("/var/lib/loom/checkpoints"),
+                       help="trainers' checkpoints, one directory per job; shared by all "
+                            "nodes (default /var/lib/loom/checkpoints)")
+    agent.add_argument("--grace-s", type=positive, default=30.0,
+                       help="seconds a stopped trainer gets to checkpoint (default 30)")
+    agent.add_argument("--fast-forward", type=int, default=0, metavar="K",
+                       help="trainers compute K iterations per launch, then fast-forward")
+    agent.add_argument("--advertise-addr", default="127.0.0.1",
+                       help="this node's address as other nodes' trainers reach it (rank 0 "
+                            "of a job led here listens on it; default 127.0.0.1, one machine)")
+    faults = s.add_argument_group("scheduler: node faults")
+    faults.add_argument("--node-misses", type=int, default=3, metavar="N",
+                        help="a node that misses N heartbeats is lost: its jobs are requeued "
+                             "(default 3)")
+    faults.add_argument("--retry-attempts", type=int, default=3, metavar="N",
+                        help="a job fails for good at its trainer's Nth failure (default 3)")
+    faults.add_argument("--retry-base-s", type=float, default=10.0,
+                        help="backoff before the first retry (default 10)")
+    faults.add_argument("--retry-factor", type=float, default=2.0,
+                        help="backoff growth per failure (default 2)")
+    faults.add_argument("--retry-cap-s", type=float, default=300.0,
+                        help="longest backoff (default 300)")
+    faults.add_argument("--retry-jitter", type=float, default=0.0,
+                        help="spread each backoff by up to this fraction, seeded by --seed "
+                             "(default 0)")
+    agent.add_argument("--heartbeat-s", type=positive, default=5.0,
+                       help="seconds between heartbeats (default 5)")
+    agent.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                       help="trainers also checkpoint every N iterations, so a job lost with "
+                            "its node resumes from there (default 0: only when stopped)")
+    s.add_argument("--log-level", default="info", help="log level (default info)")
+    add_nats_auth(s)
+
+    u = sub.add_parser("up", help="start NATS, the control plane and local node agents")
+    u.add_argument("--nats-url", help="use this NATS server (default: start an embedded one)")
+    where = u.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cluster", help="cluster spec whose nodes will join (no local agents)")
+    where.add_argument("--local-nodes", type=int, help="run N node agents here")
+    u.add_argument("--gpus-per-node", type=int, default=4, help="with --local-nodes (default 4)")
+    u.add_argument("--gpu-type", default="fake", help="with --local-nodes: GPU type name")
+    u.add_argument("--policy", default="fifo", help="scheduling policy (default fifo)")
+    u.add_argument("--round-s", type=positive, help="re-plan every S seconds")
+    u.add_argument("--tenants", help="tenants file for the scheduler (TOML or JSON)")
+    u.add_argument("--overhead", type=overhead, default="none")
+    u.add_argument("--time-scale", type=positive, default=1.0,
+                   help="cluster seconds per wall second for simulated trainers (default 1)")
+    u.add_argument("--log-level", default="warning")
+    u.add_argument("--trainers", choices=("pytorch", "simulated"), default="pytorch",
+                   help="local node agents run real PyTorch trainers (default) or simulated "
+                        "ones (time-scaled)")
+    u.add_argument("--prometheus-port", type=int, default=9464,
+                   help="Prometheus /metrics of the metrics service (default 9464; 0: off)")
+    add_nats_auth(u)
+
+    m = sub.add_parser("submit", help="submit a job to a live cluster; prints its id")
+    m.add_argument("--nats-url", default=default_url(), help=URL_HELP)
+    m.add_argument("--model", required=True)
+    m.add_argument("--gpus", type=int, required=True)
+    m.add_argument("--iterations", type=int, required=True)
+    m.add_argument("--iteration-time", type=positive, default=1.0,
+                   help="seconds per iteration, used until the trainer reports (default 1)")
+    m.add_argument("--deadline-in", type=positive, help="deadline, seconds from now")
+    m.add_argument("--tenant", default="default")
+    m.add_argument("--job-id", help="default: a new random id")
+    add_nats_auth(m)
+    run = m.add_argument_group("your own command (docs/sdk.md)")
+    run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="extra environment for the command (repeatable)")
+    run.add_argument("--cwd", help="the command's working directory (absolute)")
+    run.add_argument("--progress-regex", help="read progress from stdout lines matching this "
+                     "(named groups iteration, loss); default: LOOM_PROGRESS iteration=N ...")
+    run.add_argument("--command", dest="argv", nargs=argparse.REMAINDER, metavar="ARGV",
+                     help="run this per GPU instead of Loom's trainer; it takes the rest of "
+                          "the line, so give it last")
+
+    d = sub.add_parser("demo", help="a local cluster running six real PyTorch jobs, with "
+                                    "preemption and resume, then a summary")
+    d.add_argument("--out", type=Path, help="also write DIR/summary.json")
+    d.add_argument("--log-level", default="warning")
+
+    for name, target, what in (("cancel", "job", "stop a job for good (its state: failed)"),
+                               ("suspend", "job", "stop a job and hold it until resumed"),
+                               ("resume", "job", "give a suspended job back to the policy"),
+                               ("drain", "node", "no new work on a node (running jobs go on)"),
+                               ("set-policy", "policy", "switch the scheduling policy now")):
+        op = sub.add_parser(name, help=what)
+        op.add_argument(target, help=f"the {target}")
+        op.add_argument("--nats-url", default=default_url(), help=URL_HELP)
+        if name == "drain":
+            op.add_argument("--undo", action="store_true", help="take new work again")
+        add_nats_auth(op)
+
+    st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
+    st.add_argument("--nats-url", default=default_url(), help=URL_HELP)
+    st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
+    add_nats_auth(st)
