@@ -60,7 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import compress
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 import numpy as np
 
@@ -192,8 +192,10 @@ class JobPlan:
     def steps(self) -> Steps:
         if self._merged is None:
             ts, vs = self.raw
-            self._merged = ((ts.tolist(), vs.tolist()) if isinstance(ts, np.ndarray)
-                            else merged(ts, vs))
+            if isinstance(ts, np.ndarray):
+                self._merged = ts.tolist(), cast(np.ndarray, vs).tolist()
+            else:
+                self._merged = merged(ts, cast(list[int], vs))
         return self._merged
 
     def first_change(self, now: float) -> float | None:
