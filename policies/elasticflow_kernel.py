@@ -86,7 +86,7 @@ def has(a: Any, x: float) -> bool:
     return i < len(a) and a[i] == x
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def insert(ts: Any, vs: Any, i: int, t: float, v: int) -> tuple[Any, Any]:
     n = len(ts)
     nts = np.empty(n + 1, F64)
@@ -100,7 +100,7 @@ def insert(ts: Any, vs: Any, i: int, t: float, v: int) -> tuple[Any, Any]:
     return nts, nvs
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def set_at(ts: Any, vs: Any, t: float, v: int) -> tuple[Any, Any]:
     """Profile[t] = v, inserting the breakpoint where it is missing."""
     i = bisect_left(ts, t)
@@ -110,7 +110,7 @@ def set_at(ts: Any, vs: Any, t: float, v: int) -> tuple[Any, Any]:
     return insert(ts, vs, i, t, v)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def merged(ts: Any, vs: Any) -> tuple[Any, Any]:
     """Drop breakpoints that repeat the previous value (into new arrays)."""
     mts = np.empty(len(ts), F64)
@@ -148,7 +148,7 @@ def gpu_seconds(at: Any, ag: Any, end: float) -> Any:
     return spent + ag[-1] * (end - at[-1])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def keyed_alloc(ts: Any, a: Any) -> tuple[Any, Any]:
     """The plan's allocation from its per-breakpoint values, in time order, merged."""
     at = np.empty(len(a), F64)
@@ -162,7 +162,7 @@ def keyed_alloc(ts: Any, a: Any) -> tuple[Any, Any]:
     return at[:m], ag[:m]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def beyond(rate: Any, ddl: float, q: int, lat_i: int, left: float, ts: Any, vs: Any, a: Any,
            now: float, total: int, slot: float) -> Any:
     lat = ts[lat_i]
@@ -347,7 +347,7 @@ def plan_mss(left: float, ddl: float, rate: Any, fit: Any, levels: Any, is_level
     return beyond(rate, ddl, q, lat_i, left, ts, vs, a, now, total, slot)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
     """The profile with a plan's GPUs given back, merged (`policies.elasticflow._without`):
     one pass over the union of the profile's and the plan's breakpoints (all of them at or
@@ -372,7 +372,7 @@ def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]
     return merged(ts, vs)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _without_merge(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
     """`without` when no plan time precedes the profile: the same breakpoints (the profile's,
     the plan's and its end, each once, in order; a new one takes the value of the profile's
@@ -442,7 +442,7 @@ def plan_all(left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nlev: Any, i
     return ok, met, at_l, ag_l, end, real_end, pl_ts, pl_vs, fts, fvs
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def trial(i: Any, left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nlev: Any,
           is_level: Any, at: Any, ag: Any, end: float, fts: Any, fvs: Any, now: float,
           total: int, slot: float, step: int) -> Any:
