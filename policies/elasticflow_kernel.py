@@ -347,36 +347,14 @@ def plan_mss(left: float, ddl: float, rate: Any, fit: Any, levels: Any, is_level
     return beyond(rate, ddl, q, lat_i, left, ts, vs, a, now, total, slot)
 
 
+
+
 @njit(cache=True, inline="always")
 def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
-    """The profile with a plan's GPUs given back, merged (`policies.elasticflow._without`):
-    one pass over the union of the profile's and the plan's breakpoints (all of them at or
-    after the profile's first, as every plan starts now) where it can, else step by step."""
-    if at[0] >= fts[0] and end >= fts[0]:
-        return _without_merge(at, ag, end, fts, fvs)
-    ts, vs = fts.copy(), fvs.copy()
-    for n in range(len(at) + 1):
-        t = at[n] if n < len(at) else end
-        i = bisect_left(ts, t)
-        if i == len(ts) or ts[i] != t:
-            ts, vs = insert(ts, vs, i, t, vs[i - 1])
-    stop = bisect_left(ts, end)
-    for n in range(len(at)):
-        g = ag[n]
-        if g and at[n] < end:
-            until = at[n + 1] if n + 1 < len(at) else end
-            i = bisect_left(ts, at[n])
-            j = min(bisect_left(ts, until), stop)
-            for k in range(i, j):
-                vs[k] += g
-    return merged(ts, vs)
-
-
-@njit(cache=True, inline="always")
-def _without_merge(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
-    """`without` when no plan time precedes the profile: the same breakpoints (the profile's,
-    the plan's and its end, each once, in order; a new one takes the value of the profile's
-    segment it falls in), the plan's GPUs added where it holds them before its end, then
+    """The profile with a plan's GPUs given back, merged (`policies.elasticflow._without`),
+    in one pass: the profile's breakpoints, the plan's and its end, each once and in order (a
+    new one takes the value of the profile's segment it falls in; every plan starts now, the
+    profile's first breakpoint), the plan's GPUs added where it holds them before its end,
     repeats dropped."""
     n, na = len(fts), len(at)
     e = bisect_left(at, end)  # the end among the plan's times (it may precede the last)
