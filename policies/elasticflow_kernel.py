@@ -347,8 +347,6 @@ def plan_mss(left: float, ddl: float, rate: Any, fit: Any, levels: Any, is_level
     return beyond(rate, ddl, q, lat_i, left, ts, vs, a, now, total, slot)
 
 
-
-
 @njit(cache=True, inline="always")
 def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
     """The profile with a plan's GPUs given back, merged (`policies.elasticflow._without`),
@@ -357,14 +355,16 @@ def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]
     profile's first breakpoint), the plan's GPUs added where it holds them before its end,
     repeats dropped."""
     n, na = len(fts), len(at)
-    e = bisect_left(at, end)  # the end among the plan's times (it may precede the last)
-    pts = np.empty(na + 1, F64)
-    pts[:e] = at[:e]
-    pts[e] = end
-    pts[e + 1:] = at[e:]
-    npts = na if e < na and at[e] == end else na + 1
-    if npts == na:
-        pts[:na] = at
+    # The plan's times with its end among them (the end may precede the last time).
+    e = bisect_left(at, end)
+    if e < na and at[e] == end:
+        pts = at.copy()
+    else:
+        pts = np.empty(na + 1, F64)
+        pts[:e] = at[:e]
+        pts[e] = end
+        pts[e + 1:] = at[e:]
+    npts = len(pts)
     ts = np.empty(n + na + 1, F64)
     vs = np.empty(n + na + 1, I64)
     i = 0  # next profile breakpoint
