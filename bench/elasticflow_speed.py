@@ -123,8 +123,8 @@ def admission(admitted: int, repeat: int = 5) -> None:
     decisions, cycles = [], []
     total = driver.cluster.total_gpus
     now = 0.0  # the clock stands still, so no admitted job finishes in between
-    # The policy plans through the fused `plan_cycle`; load plan_all's compiled code too
-    # before timing it alone.
+    # Before timing: load plan_all's compiled code (the policy runs the fused `plan_cycle`),
+    # and fill `speeds` with every job's table, as the policy keeps its own between cycles.
     plan_all([Need.of(r.view(), speeds) for r in driver.jobs.values()][:1], now, total, 240.0)
     for k in range(repeat):
         driver.add(jobs[admitted + k])
