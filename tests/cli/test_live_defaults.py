@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 from pathlib import Path
 
 import pytest
 
-from loom.cli import main
+from loom.cli import build_parser, main
 from loom.live_args import default_url, url_file
 
 
@@ -57,3 +58,14 @@ def test_an_unreachable_server_is_an_error_naming_it_not_endless_retries(
     assert main([*argv, flag, url]) == 3
     err = capsys.readouterr().err
     assert f"NATS at {url}" in err and "Traceback" not in err
+
+
+def test_every_live_command_the_parser_knows_has_its_handler() -> None:
+    """The parser's live commands (`loom.live_args`, light) and their handlers
+    (`loom.live_cli`, loaded on use) are two lists: they must name the same commands."""
+    from loom import live_args, live_cli
+
+    assert set(live_args.COMMANDS) == set(live_cli.COMMANDS)
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(live_args.COMMANDS) <= set(sub.choices)
