@@ -760,8 +760,13 @@ class ElasticFlow(Policy):
         plan = Plan(declined=declined)
         self._status = {}
         # Jobs keeping their GPU count first, so they keep their GPUs (no restart).
-        keep = [g for g in jobs if g.gpus and snap.jobs[g.need.job_id].allocated == g.gpus]
-        for g in keep + [g for g in jobs if g.gpus and g not in keep]:
+        keep: list[Allotted] = []
+        change: list[Allotted] = []
+        for g in jobs:
+            if g.gpus:
+                same = snap.jobs[g.need.job_id].allocated == g.gpus
+                (keep if same else change).append(g)
+        for g in keep + change:
             jid = g.need.job_id
             slots = None
             # Count placement fits whatever the plan gave out; a topology-aware placement
