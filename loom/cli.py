@@ -124,6 +124,12 @@ def _add_gavel_job_options(p: argparse.ArgumentParser, distribution: str) -> Non
                                          "(default: Gavel's bundled simulation table)")
 
 
+def _add_no_plot(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-plot", action="store_true",
+                   help="skip jct_cdf.png (batch runs: drawing it takes longer than a short "
+                        "simulation)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loom", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", type=Path, help="output directory (default runs/<trace>-<policy>)")
     sim.add_argument("--log", type=Path, help="also write the run's event log to this file "
                                               "(.gz: gzipped; see `loom replay`)")
+    _add_no_plot(sim)
 
     cmp_ = sub.add_parser("compare", help="simulate several policies on one trace")
     _add_run_options(cmp_)
@@ -144,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="parallel processes (default: one per policy, up to the CPU count)")
     cmp_.add_argument("--log", type=Path,
                       help="also write each run's event log to DIR/<policy>.eventlog.gz")
+    _add_no_plot(cmp_)
 
     sweep = sub.add_parser(
         "sweep", help="avg JCT against input job rate on synthetic Gavel traces",
@@ -238,9 +246,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
     dest = args.out or Path("runs") / f"{_slug(Path(args.trace).name)}-{args.policy}"
     result = run_one(spec, progress=True)
     write_run(dest, result.summary, result.jobs)
-    jct_cdf({args.policy: _jcts(result)}, dest / "jct_cdf.png", _title(result.summary))
+    if not args.no_plot:
+        jct_cdf({args.policy: _jcts(result)}, dest / "jct_cdf.png", _title(result.summary))
     out.print(results_table([result.summary], _title(result.summary)))
-    out.print(f"wrote {dest}/summary.json, jobs.csv and jct_cdf.png")
+    plot = "" if args.no_plot else " and jct_cdf.png"
+    out.print(f"wrote {dest}/summary.json, jobs.csv{plot}")
     return 0 if result.summary["errors"] == 0 else 1
 
 
@@ -262,9 +272,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     summaries = [r.summary for r in results]
     out.print(results_table(summaries, _title(summaries[0])))
     (dest / "compare.json").write_text(json.dumps(summaries, indent=2) + "\n")
-    jct_cdf({str(r.summary["policy"]): _jcts(r) for r in results}, dest / "jct_cdf.png",
-            _title(summaries[0]))
-    out.print(f"wrote {dest}/compare.json, jct_cdf.png and {dest}/<policy>/")
+    plot = ""
+    if not args.no_plot:
+        jct_cdf({str(r.summary["policy"]): _jcts(r) for r in results}, dest / "jct_cdf.png",
+                _title(summaries[0]))
+        plot = ", jct_cdf.png"
+    out.print(f"wrote {dest}/compare.json{plot} and {dest}/<policy>/")
     return 0 if all(s["errors"] == 0 for s in summaries) else 1
 
 

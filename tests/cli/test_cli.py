@@ -43,6 +43,19 @@ def test_same_inputs_give_the_same_decisions(tmp_path: Path) -> None:
     assert digests[0] == digests[1]
 
 
+def test_no_plot_skips_only_the_plot(tmp_path: Path) -> None:
+    summaries = {}
+    for flag in ((), ("--no-plot",)):
+        out = tmp_path / ("plain" if not flag else "no-plot")
+        assert main(["sim", "--trace", TRACE, "--cluster", CLUSTER, "--policy", "srtf",
+                     "--out", str(out), *flag]) == 0
+        assert (out / "jct_cdf.png").exists() == (not flag)
+        assert (out / "jobs.csv").exists()
+        summaries[flag] = json.loads((out / "summary.json").read_text())
+    plain, no_plot = summaries.values()
+    assert plain["decision_digest"] == no_plot["decision_digest"]
+
+
 def test_round_mode_and_overhead_options_change_the_run(tmp_path: Path) -> None:
     def run(*extra: str) -> dict[str, object]:
         out = tmp_path / "-".join(extra or ("base",)).replace(":", "_")
