@@ -55,7 +55,7 @@ ROUND_S = 5.0  # SRTF re-plans in short rounds: preemptions come at round bounda
 ITERATION_S = 0.05  # the submission's speed estimate (SRTF orders by it until reports arrive)
 
 
-async def run_demo(out: Path | None, console: Console, timeout_s: float = 300.0) -> int:
+async def run_demo(out: Path | None, console: Console, timeout_s: float) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="loom-demo-")
     cluster = ClusterSpec.uniform(1, 2, 2, gpu_type="fake", name="demo")
     spec = Path(tmp.name) / "cluster.json"

@@ -159,6 +159,9 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     d = sub.add_parser("demo", help="a local cluster running six real PyTorch jobs, with "
                                     "preemption and resume, then a summary")
     d.add_argument("--out", type=Path, help="also write DIR/summary.json")
+    d.add_argument("--timeout", type=positive, default=600.0,
+                   help="give up (exit 1) if the jobs have not all finished after this many "
+                        "seconds (default 600; about 50 s on a quiet 2-core machine)")
     d.add_argument("--log-level", default="warning")
 
     for name, target, what in (("cancel", "job", "stop a job for good (its state: failed)"),

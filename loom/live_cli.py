@@ -223,7 +223,7 @@ async def _status(url: str, auth: NatsAuth | None = None) -> dict[str, Any]:
 def cmd_demo(args: argparse.Namespace) -> int:
     from loom.demo import run_demo  # its imports serve the demo alone
 
-    return asyncio.run(run_demo(args.out, Console(width=120)))
+    return asyncio.run(run_demo(args.out, Console(width=120), timeout_s=args.timeout))
 
 
 COMMANDS = {"serve": cmd_serve, "up": cmd_up, "submit": cmd_submit, "status": cmd_status,

@@ -69,3 +69,9 @@ def test_every_live_command_the_parser_knows_has_its_handler() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(live_args.COMMANDS) <= set(sub.choices)
+
+
+def test_demo_timeout_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--timeout", "0"])
+    assert exit_.value.code == 2 and "--timeout" in capsys.readouterr().err

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.nats
 
 def test_demo_runs_six_real_jobs_with_a_preemption_and_a_resume(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "loom.cli", "demo", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     jobs = summary["jobs"]
