@@ -73,10 +73,17 @@ class TrainerProc:
             self._queue.put(record)
         self._queue.put(None)
 
-    def wait_for(self, pred: Callable[[Record], bool], timeout: float = 30.0) -> Record:
+    def wait_for(self, pred: Callable[[Record], bool], timeout: float = 120.0) -> Record:
+        """The first record after the last one seen that satisfies `pred`. The limit only
+        bounds a failure; it is generous because a loaded machine starts torch slowly."""
         deadline = time.monotonic() + timeout
         while True:
-            record = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            try:
+                record = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"no such record in {timeout:.0f} s; records {[r.event for r in self.records]}"
+                    f"; stderr:\n{self.stderr()}") from None
             if record is None:
                 raise AssertionError(f"trainer ended first; stderr:\n{self.stderr()}")
             if pred(record):
@@ -85,7 +92,7 @@ class TrainerProc:
     def signal(self, sig: int = signal.SIGTERM) -> None:
         self.proc.send_signal(sig)
 
-    def wait(self, timeout: float = 60.0) -> int:
+    def wait(self, timeout: float = 180.0) -> int:
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:

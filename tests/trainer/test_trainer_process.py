@@ -44,6 +44,12 @@ def _job(name: str, model: str, iterations: int, ckpt: Path, *extra: str) -> tup
             "--checkpoint-dir", str(ckpt), *extra)
 
 
+def _every(n: int) -> tuple[str, ...]:
+    """Progress every `n` iterations and never by the clock (default: also every 2 s), so
+    the records a test counts do not depend on how fast the machine is."""
+    return ("--report-every", str(n), "--report-interval", "0")
+
+
 def _records(src: TrainerProc | list[Record]) -> list[Record]:
     return src.records if isinstance(src, TrainerProc) else src
 
@@ -89,7 +95,7 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]
     """Each family trains 40 iterations from scratch with the real loop, in this process."""
     tmp = tmp_path_factory.mktemp("families")
     return {m: _train_here(_job(f"fam-{m}", m, 40, tmp / m, "--batch-size", FAMILY_BATCH[m],
-                                "--report-every", "10")) for m in FAMILY_BATCH}
+                                *_every(10))) for m in FAMILY_BATCH}
 
 
 @pytest.mark.parametrize("model", list(FAMILY_BATCH))
@@ -153,7 +159,7 @@ def test_single_process_reports_and_sigterm_resume_is_exact(tmp_path: Path) -> N
     assert isinstance(stopped, Stopped) and stopped.signal == "SIGTERM"
     k = stopped.iteration
     assert 60 <= k < N
-    assert stop_s < 5.0
+    assert stop_s < 30.0  # promptly: one step and a checkpoint, not the rest of the run
     assert [r.event for r in p.records][-2:] == ["checkpointed", "stopped"]
     ckpt = _one(p, Checkpointed)
     assert isinstance(ckpt, Checkpointed) and (ckpt.reason, ckpt.iteration) == ("preempt", k)
@@ -209,7 +215,7 @@ def test_two_gloo_ranks_stop_together_then_resize_to_one(tmp_path: Path) -> None
 
     k = s0.iteration
     one = launch(tmp_path, "resized", *_job("dp", "transformer", k + 30, ckpt, "--batch-size",
-                                            "16", "--report-every", "10"))
+                                            "16", *_every(10)))
     assert one.wait() == 0, one.stderr()
     started = _one(one, Started)
     assert isinstance(started, Started)
