@@ -1,7 +1,9 @@
 """Simulation speed: Muri trace2 (5,755 jobs) and trace3 (992 jobs), memory and NATS buses.
 
 Each run is a fresh process so peak RSS is per run. Prints one row per (trace, policy, bus):
-jobs/s, events/s, wall s, peak RSS, and the decision digest (equal across buses by design).
+jobs/s, events/s, wall s, peak RSS, and the decision digest (equal across buses by design);
+and first, per trace, how long reading it takes (the loader's second call in one process,
+so imports are not counted; the best of --repeat).
 
     .venv/bin/python bench/sim_speed.py                      # srtf, both traces, both buses
     .venv/bin/python bench/sim_speed.py --policies srtf,tiresias --buses memory --repeat 3
@@ -27,6 +29,22 @@ print(json.dumps(asyncio.run(run_simulation(cfg)).summary))
 """
 
 
+LOAD = """
+import sys, time
+from traces import load_trace
+load_trace(sys.argv[1])  # imports and the loader's first call
+start = time.perf_counter()
+load_trace(sys.argv[1])
+print(time.perf_counter() - start)
+"""
+
+
+def load_s(trace: str) -> float:
+    out = subprocess.run([sys.executable, "-c", LOAD, trace], check=True, capture_output=True,
+                         text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
 def run(trace: str, policy: str, bus: str) -> dict[str, object]:
     out = subprocess.run([sys.executable, "-c", CHILD, trace, policy, bus], check=True,
                          capture_output=True, text=True).stdout
@@ -43,6 +61,9 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# {platform.node()} · {platform.processor() or platform.machine()} · "
           f"Python {platform.python_version()}")
+    for trace in args.traces.split(","):
+        best_load = min(load_s(trace) for _ in range(args.repeat))
+        print(f"reading {trace}: {best_load:.3f} s")
     print(f"{'trace':<13} {'policy':<9} {'bus':<7} {'jobs/s':>9} {'events/s':>10} "
           f"{'wall s':>8} {'RSS MB':>7}  digest")
     for trace in args.traces.split(","):
