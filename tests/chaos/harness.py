@@ -188,6 +188,12 @@ class Audit:
                 and set(self.finished.values()) == {1}
                 and set(self.finish_reports.values()) == {1})
 
+    @property
+    def suspects(self) -> list[str]:
+        """The jobs that break "finished exactly once": the ones a failed audit should show."""
+        twice = {j for c in (self.finished, self.finish_reports) for j, n in c.items() if n != 1}
+        return sorted(twice | set(self.unfinished))
+
 
 def audit(messages: list[Message], job_ids: list[str]) -> Audit:
     """Check the stream of a run (see module docstring). GPU bookings are replayed in stream

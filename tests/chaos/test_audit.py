@@ -44,6 +44,9 @@ CASES: dict[str, tuple[list[Message], str | None]] = {
         "double_booked"),
     "a job finished twice": (stream(plan((launch("a", 0),)), *done("a"), *done("a")),
                              "finished"),
+    "a finish reported twice": (
+        stream(plan((launch("a", 0),)), *done("a"),
+               JobFinished(job_id="a", node_id="n0", iterations_done=100)), "finish_reports"),
     "a job that never ends": (stream(plan((launch("a", 0),)), plan((launch("b", 1),)),
                                      *done("a")), "unfinished"),
     "a gap in the stream": (stream(*CLEAN, skip=3), "gaps"),
@@ -60,7 +63,8 @@ def test_audit(case: str) -> None:
     assert report.ok is (broken is None), report
     if broken == "double_booked":
         assert report.double_booked
-    elif broken == "finished":
-        assert set(report.finished.values()) != {1}
+    elif broken in ("finished", "finish_reports"):
+        assert set(getattr(report, broken).values()) != {1}
+        assert report.suspects == ["a"]
     elif broken is not None:
         assert getattr(report, broken)

@@ -105,7 +105,7 @@ async def test_chaos(tmp_path: Path) -> None:
     missing = {j: history(stream, j) for j in report.unfinished}
     assert done, (f"{len(watch.finished)} of {JOBS} finished; unfinished: {missing}; "
                   f"dead letters: {report.dead_letters}")
-    assert report.ok, report
+    assert report.ok, (report, {j: history(stream, j) for j in report.suspects})
     assert not report.dead_letters, report.dead_letters
     assert len(report.terms) >= 2 and report.terms == sorted(report.terms)  # a takeover
     assert bad == [], bad
