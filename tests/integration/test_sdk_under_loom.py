@@ -78,7 +78,7 @@ class Watch:
             self.changed.set()
 
     async def until(self, job: str, what: str, pred: Callable[[TrainerReport], bool],
-                    wait_s: float = 180.0, skip: int = 0) -> TrainerReport:
+                    wait_s: float = 300.0, skip: int = 0) -> TrainerReport:
         """The first report of `job` (after the first `skip`) that `pred` accepts; a timeout
         names the step and the job's reports so far."""
         async def look() -> TrainerReport:
@@ -182,7 +182,7 @@ def test_sdk_example_and_a_plain_command_under_loom(tmp_path: Path) -> None:
         url: list[str] = []
         task = asyncio.create_task(up(opts, ready=ready, stop=stop, url_out=url))
         try:
-            await asyncio.wait_for(ready.wait(), 120)
+            await asyncio.wait_for(ready.wait(), 300)
             return await _scenario(url[0], tmp_path / "gate")
         finally:
             stop.set()
