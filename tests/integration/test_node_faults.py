@@ -38,7 +38,7 @@ pytestmark = pytest.mark.nats
 
 LOOM = [sys.executable, "-m", "loom.cli", "serve"]
 HEARTBEAT_S = 0.5
-MISSES = 6  # lost after 3 s without a heartbeat: generous on a busy machine
+MISSES = 10  # lost after 5 s without a heartbeat: generous on a busy machine
 WAIT_S = 240.0
 
 
@@ -236,10 +236,14 @@ async def failing_trainer(nc: Any, live: Cluster, watch: Watch) -> None:
     await nc.publish("loom.jobs.submit", submit(job, 50))
     (end,) = await until("the job to fail", lambda: [
         t for t in watch.of(job) if t.state is JobState.FAILED], watch)
-    moves = [(t.state, t.cause.split(" (")[0]) for t in watch.of(job)]
-    assert [s for s, _ in moves] == [JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED,
-                                     JobState.RUNNING, JobState.FAILED]
-    retry = watch.of(job)[2].cause
-    assert retry.startswith("trainer failed on n") and "retry 1 of 1 at" in retry
+    moves = [(t.state, t.cause) for t in watch.of(job)]
+    # One retry, then failed. A busy machine may also requeue it off a node whose heartbeats
+    # came late: that is not the trainer's failure and must not count as one.
+    requeues = [c for s, c in moves if s is JobState.PREEMPTED]
+    retries = [c for c in requeues if c.startswith("trainer failed on n")]
+    assert len(retries) == 1 and "retry 1 of 1 at" in retries[0], moves
+    assert all(c in retries or c.startswith("requeued: node ") for c in requeues), moves
+    assert [s for s, _ in moves][:2] == [JobState.QUEUED, JobState.RUNNING], moves
+    assert [s for s, _ in moves][-2:] == [JobState.RUNNING, JobState.FAILED], moves
     assert end.cause.startswith("failed: cannot read") and "checkpoint.pt" in end.cause
     assert end.status is not None and end.status.reason.startswith("trainer failed 2 time(s)")
