@@ -582,17 +582,53 @@ NeedArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, n
 def _need_arrays(needs: Sequence[Need]) -> NeedArrays:
     """The kernel's view of the jobs: work, deadline, and rows by GPU count 0 … 64 of speed,
     the largest level within so many free GPUs, whether a count is a level, and the levels."""
-    rows = [_kernel_rows(tuple(need.rate.items())) for need in needs]
-    speed, fit, levels, is_level = (np.stack([row[k] for row in rows]) for k in range(4))
+    rows = np.fromiter((_ROWS.row_of(need.rate) for need in needs), np.int64, len(needs))
+    speed, fit, levels, is_level = (table[rows] for table in _ROWS.tables())
     return (np.array([need.left for need in needs], np.float64),
             np.array([need.deadline for need in needs], np.float64),
             speed, fit, levels, np.array([len(need.levels) for need in needs], np.int64), is_level)
 
 
-@cache
+class _RowBank:
+    """Every distinct speed table's kernel rows, stacked once, so that a cycle gathers its
+    jobs' rows by index (a job keeps one rate dict for life: found by identity, and the
+    dict is held so its id is not reused)."""
+
+    _HELD_MAX = 100_000  # rate dicts remembered by identity; a long-lived scheduler forgets
+
+    def __init__(self) -> None:
+        self._by_table: dict[tuple[tuple[int, float], ...], int] = {}
+        self._by_object: dict[int, tuple[Mapping[int, float], int]] = {}
+        self._rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._tables: tuple[np.ndarray, ...] | None = None
+
+    def row_of(self, rate: Mapping[int, float]) -> int:
+        held = self._by_object.get(id(rate))
+        if held is not None and held[0] is rate:
+            return held[1]
+        table = tuple(rate.items())
+        row = self._by_table.get(table)
+        if row is None:
+            row = self._by_table[table] = len(self._rows)
+            self._rows.append(_kernel_rows(table))
+            self._tables = None
+        if len(self._by_object) >= self._HELD_MAX:
+            self._by_object.clear()
+        self._by_object[id(rate)] = (rate, row)
+        return row
+
+    def tables(self) -> tuple[np.ndarray, ...]:
+        if self._tables is None:
+            self._tables = tuple(np.stack([r[k] for r in self._rows]) for k in range(4))
+        return self._tables
+
+
+_ROWS = _RowBank()
+
+
 def _kernel_rows(rate: tuple[tuple[int, float], ...]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One speed table's rows for the kernel (speed, fit, levels, is-level), made once."""
+    """One speed table's rows for the kernel (speed, fit, levels, is-level)."""
     need = Need("", 1.0, 0.0, dict(rate))
     width = _TABLE_MAX + 1
     speed = np.zeros(width)

@@ -88,3 +88,19 @@ def test_one_compiled_cycle_matches_the_readable_planner(seed: int) -> None:
         fast = plan_cycle(needs, now, total, SLOT, all_met=all_met, compiled=True)
         assert fast == slow
     assert plan_cycle(needs, now, total, SLOT) is not None
+
+
+def test_row_bank_finds_each_table_by_identity_or_content(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The kernel's rows of a speed table are stacked once: the same dict, an equal copy and
+    (after the identity memo is emptied) the same dict again all gather the same row."""
+    from policies.elasticflow import _kernel_rows, _RowBank
+
+    monkeypatch.setattr(_RowBank, "_HELD_MAX", 2)
+    bank = _RowBank()
+    a, b, c = {1: 1.0, 2: 1.9}, {1: 1.0, 2: 1.9, 4: 3.5}, {1: 1.0, 2: 1.9}
+    rows = [bank.row_of(r) for r in (a, b, a, c, b, a)]  # a third dict empties the memo
+    assert rows == [0, 1, 0, 0, 1, 0]
+    for rate, row in ((a, 0), (b, 1)):
+        for table, want in zip(bank.tables(), _kernel_rows(tuple(rate.items())), strict=True):
+            assert (table[row] == want).all()
