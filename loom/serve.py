@@ -5,7 +5,8 @@ clock, registers it as a NATS micro-service (`$SRV.PING|INFO|STATS`, plus a `sta
 on `loomctl.<service>.state` outside the event stream), and runs until SIGTERM or SIGINT, then
 drains: its durable consumers stay, so a restarted service resumes where it stopped.
 
-Until the trainer-launching node agent lands, `nodeagent` runs the simulated node
+`nodeagent --trainers pytorch` launches real trainer processes on the node's GPUs
+(`TrainerNodeCore`); `--trainers simulated` (the default) runs the simulated node
 (`SimNodeCore`): jobs progress at their trace speed in time-scaled wall time. `--time-scale S`
 makes one wall second S cluster seconds; every process of one cluster gets the same
 `--origin` (a Unix time) so they agree on the time.
