@@ -244,27 +244,33 @@ class RoundPolicy(Policy):
         chosen: dict[Combo, str] = {}
         if not combos:
             return chosen
+        n = len(combos)
         gpus = [snap.jobs[c[0]].gpus for c in combos]
         none: dict[str, float] = {}
+        # Each combination's ledger and allocation looked up once, not once per type and field.
+        ledgers = [st.ledgers[c] for c in combos]
+        allocs = [st.allocation.get(c, none) for c in combos]
         for t in order:
             if left.get(t, 0) <= 0:
                 continue
-            alloc = np.array([st.allocation.get(c, none).get(t, 0.0) for c in combos])
-            got = np.array([st.ledgers[c].received[t] for c in combos])
-            deficit = np.array([st.ledgers[c].deficit[t] for c in combos])
-            ok = np.array([self._runnable(snap, c, t) for c in combos])
+            alloc = np.fromiter((a.get(t, 0.0) for a in allocs), np.float64, n)
+            got = np.fromiter((g.received[t] for g in ledgers), np.float64, n)
+            deficit = np.fromiter((g.deficit[t] for g in ledgers), np.float64, n)
+            ok = np.fromiter((self._runnable(snap, c, t) for c in combos), np.bool_, n)
             total = st.type_time.get(t, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 fair = np.where((got > 0) & (total > 0), alloc / (got / total), alloc * NEVER_RAN)
             prio = np.where((alloc > 0) & ok, fair, 0.0)
-            ranked = np.lexsort((np.arange(len(combos)), -alloc, -deficit, -prio))
+            ranked = np.lexsort((np.arange(n), -alloc, -deficit, -prio))
+            # Plain lists for the walk: indexing a numpy array one element at a time is slow.
+            runs, share = ok.tolist(), alloc.tolist()
             for i in ranked.tolist():
                 if left[t] <= 0:
                     break
                 combo = combos[i]
-                if not ok[i] or gpus[i] > left[t] or any(j in busy for j in combo):
+                if not runs[i] or gpus[i] > left[t] or not busy.isdisjoint(combo):
                     continue
-                if self.skip_unallocated and alloc[i] <= 0:
+                if self.skip_unallocated and share[i] <= 0:
                     continue
                 left[t] -= gpus[i]
                 chosen[combo] = t
