@@ -15,9 +15,10 @@ admitted on n16g8.
 `--artifact` runs the artifact's own simulator (pkusys/ElasticFlow, `scheduler.py
 --simulation=True --schedule=ef-accessctrl`, its dependencies in the interpreter given) and
 then Loom on the same 1,000-job generated trace (λ = 1500 s, seed 0; n16g8, A100, 240 s
-slots) and prints both ratios, wall times and the speed-up. Loom runs with `--no-plot` (the
-artifact writes logs and no figure) once before the artifact and once after, so that a drift
-in the machine's speed shows, then as `loom sim` runs by default (drawing jct_cdf.png too).
+slots) and prints both ratios, wall times and the speed-up, and how Loom's cycle kernel was
+compiled (`policies.elasticflow_aot`). Loom runs with `--no-plot` (the artifact writes logs
+and no figure) once before the artifact and once after, so that a drift in the machine's
+speed shows, then as `loom sim` runs by default (drawing jct_cdf.png too).
 """
 
 from __future__ import annotations
@@ -188,8 +189,12 @@ def versus_artifact(scheduler_dir: Path, python: str, jobs: int) -> None:
         row = (logs / "final_result.csv").read_text().splitlines()[1].split(",")
         summary = json.loads((out / "summary.json").read_text())
     loom_s = (before + after) / 2
+    from policies import elasticflow_aot
+
+    kernel = ("compiled ahead of time" if elasticflow_aot.built_path().exists() else
+              "numba's JIT (scripts/setup did not build it ahead of time)")
     print(f"{jobs:,}-job generated trace, n16g8, A100, 240 s slots (process wall, start-up "
-          "included):")
+          f"included; Loom's cycle kernel {kernel}):")
     print(f"  artifact ef-accessctrl  ratio {float(row[1]):.4f}  {artifact_s:7.1f} s")
     print(f"  Loom elasticflow        ratio {summary['deadline_ratio']:.4f}  {before:7.1f} s "
           f"before, {after:.1f} s after ({summary['deadline_met']} met, "

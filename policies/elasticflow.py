@@ -64,6 +64,7 @@ from typing import ClassVar, Literal, cast
 
 import numpy as np
 
+from policies import elasticflow_aot
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot
 from policies.edf import align_to_slot
 from schemas.status import Status, StatusCode
@@ -699,6 +700,13 @@ class Allotted:
     next_change: float | None
 
 
+@cache
+def _cycle_kernel() -> elasticflow_aot.CycleKernel:
+    """`plan_cycle`'s kernel, loaded on first use: compiled ahead of time where
+    `scripts/setup` built it, else through numba's JIT (about 0.5 s more to load)."""
+    return elasticflow_aot.plan_cycle()
+
+
 def plan_cycle(needs: Sequence[Need], now: float, total: int, slot: float, *,
                descending: bool = True, all_met: bool = False,
                compiled: bool = True) -> list[Allotted] | None:
@@ -707,9 +715,7 @@ def plan_cycle(needs: Sequence[Need], now: float, total: int, slot: float, *,
     `all_met`: None instead if any job would miss its deadline (an admission check).
     `compiled`: in one call to `policies.elasticflow_kernel` (the same results) when it can."""
     if compiled and needs and _compilable(needs):
-        from policies import elasticflow_kernel as kernel
-
-        ok, order, gpus, changes = kernel.plan_cycle(
+        ok, order, gpus, changes = _cycle_kernel()(
             *_need_arrays(needs), *_scalars(now, total, slot), bool(descending), bool(all_met))
         if not ok and all_met:
             return None

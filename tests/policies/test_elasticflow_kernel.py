@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import copy
 import random
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from policies import elasticflow, elasticflow_aot, elasticflow_kernel
 from policies.elasticflow import (
     NO_DEADLINE,
     Growing,
@@ -78,6 +81,29 @@ def test_compiled_leftover_matches_the_readable_one(seed: int, descending: bool)
     assert fast_free == (list(slow_free[0]), list(slow_free[1]))
 
 
+@pytest.fixture(scope="session")
+def aot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cycle kernel built ahead of time here (a build of an older source planted beside
+    it, which the build must sweep away)."""
+    build_dir = tmp_path_factory.mktemp("aot")
+    (build_dir / "elasticflow_cycle_0000000000000000.so").write_bytes(b"stale")
+    elasticflow_aot.build(build_dir)
+    return build_dir
+
+
+@pytest.fixture(params=["jit", "aot"])
+def cycle_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                 aot_dir: Path) -> None:
+    """`plan_cycle` through numba's JIT, or through the module compiled ahead of time."""
+    if request.param == "jit":
+        kernel = elasticflow_kernel.plan_cycle
+    else:
+        kernel = elasticflow_aot.load_built(aot_dir)
+        assert kernel is not None
+    monkeypatch.setattr(elasticflow, "_cycle_kernel", lambda: kernel)
+
+
+@pytest.mark.usefixtures("cycle_kernel")
 @pytest.mark.parametrize("seed", range(0, 150, 3))
 def test_one_compiled_cycle_matches_the_readable_planner(seed: int) -> None:
     """`plan_cycle` in one kernel call: the same order, GPUs and next changes, and the same
@@ -104,3 +130,39 @@ def test_row_bank_finds_each_table_by_identity_or_content(monkeypatch: pytest.Mo
     for rate, row in ((a, 0), (b, 1)):
         for table, want in zip(bank.tables(), _kernel_rows(tuple(rate.items())), strict=True):
             assert (table[row] == want).all()
+
+
+def test_the_ahead_of_time_build_is_found_only_for_the_current_source(aot_dir: Path) -> None:
+    """One module, named for the kernel's source: the older build is gone, and a folder
+    holding only builds of other sources (an edited kernel) gives no kernel, so the JIT
+    runs the current code."""
+    assert [p.name for p in aot_dir.glob("elasticflow_cycle_*")] == [
+        elasticflow_aot.built_path(aot_dir).name]
+    assert elasticflow_aot.built_path(aot_dir).name.startswith(elasticflow_aot.module_name())
+    assert elasticflow_aot.load_built(aot_dir / "empty") is None
+
+
+def test_the_ahead_of_time_kernel_takes_loosely_typed_arguments(aot_dir: Path) -> None:
+    """The compiled function trusts its arguments' types, so the loader's wrapper converts
+    them: int32 tables and Python scalars give what the exact types give; a table of the
+    wrong shape is refused by name instead of read out of bounds."""
+    kernel = elasticflow_aot.load_built(aot_dir)
+    assert kernel is not None
+    needs, now, total = next(c for c in map(case, range(100)) if c[1] == 0.0 and len(c[0]) > 9)
+    arrays = elasticflow._need_arrays(needs)
+    exact = kernel(*arrays, *elasticflow._scalars(now, total, SLOT), True, False)
+    loose = kernel(*(a.astype(np.int32) if a.dtype == np.int64 else a for a in arrays),
+                   int(now), float(total), int(SLOT), 1, 0)
+    assert exact[0] == loose[0]
+    for x, y in zip(exact[1:], loose[1:], strict=True):
+        np.testing.assert_array_equal(x, y)  # NaN (a plan that never changes) equals NaN
+    with pytest.raises(ValueError, match="argument 2 has 1 dimensions, not 2"):
+        kernel(arrays[0], arrays[1], arrays[2][0], *arrays[3:], now, total, SLOT, True, False)
+
+
+def test_plain_python_is_kept_when_numba_is_told_not_to_compile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """NUMBA_DISABLE_JIT=1 (for stepping through the kernel) is honoured: the ahead-of-time
+    module is not loaded even where it is built."""
+    monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")
+    assert elasticflow_aot.plan_cycle() is elasticflow_kernel.plan_cycle
