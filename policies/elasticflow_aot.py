@@ -39,8 +39,8 @@ BUILD_DIR = HERE / "_aot"
 # plan_cycle(left, deadline, speed, fit, levels, level count, is-level, now, total, slot,
 # descending, all_met) -> (ok, order, GPUs, next change): the types `policies.elasticflow`
 # always passes (float scalars as floats, `_scalars`).
-SIGNATURE = ("Tuple((b1, i8[:], i8[:], f8[:]))(f8[:], f8[:], f8[:, :], i8[:, :], i8[:, :], "
-             "i8[:], b1[:, :], f8, i8, f8, b1, b1)")
+SIGNATURE = ("Tuple((b1, i8[::1], i8[::1], f8[::1]))(f8[::1], f8[::1], f8[:, ::1], "
+             "i8[:, ::1], i8[:, ::1], i8[::1], b1[:, ::1], f8, i8, f8, b1, b1)")
 _ARRAYS: tuple[tuple[type, int], ...] = (  # the array arguments' dtypes and dimensions
     (np.float64, 1), (np.float64, 1), (np.float64, 2), (np.int64, 2), (np.int64, 2),
     (np.int64, 1), (np.bool_, 2))
