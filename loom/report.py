@@ -54,7 +54,8 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("policy", "policy", 0), ("finished", "done", 0), ("avg_jct_s", "avg JCT", 0),
     ("p50_jct_s", "p50 JCT", 0), ("p99_jct_s", "p99 JCT", 0), ("makespan_s", "makespan", 0),
     ("avg_queueing_s", "avg queue", 0), ("gpu_util", "util", 3),
-    ("deadline_ratio", "deadline", 3), ("deadline_met", "met", 0), ("declined", "declined", 0),
+    ("deadline_ratio", "deadline", 3), ("deadline_met", "met", 0), ("accepted", "accepted", 0),
+    ("declined", "declined", 0),
     ("preemptions", "preempt", 0), ("wall_s", "wall", 2),
 )
 
@@ -64,7 +65,7 @@ def _shown(key: str, summaries: Sequence[dict[str, object]]) -> bool:
     declined jobs only under admission control."""
     if key == "deadline_met":
         return any(s.get("deadline_jobs") for s in summaries)
-    if key == "declined":
+    if key in ("accepted", "declined"):  # admission control declined some
         return any(s.get("declined") for s in summaries)
     return any(s.get(key) is not None for s in summaries)
 

@@ -155,12 +155,12 @@ def test_listings(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("summary", "headers"), [
     ({"policy": "srtf", "deadline_jobs": 0, "declined": 0}, set()),
     ({"policy": "edf", "deadline_jobs": 5, "deadline_met": 2, "declined": 0}, {"met"}),
-    ({"policy": "edf-accessctrl", "deadline_jobs": 5, "deadline_met": 2, "declined": 3},
-     {"met", "declined"}),
+    ({"policy": "edf-accessctrl", "deadline_jobs": 5, "deadline_met": 2, "accepted": 2,
+      "declined": 3}, {"met", "accepted", "declined"}),
 ])
 def test_results_table_shows_deadline_counts_only_when_they_mean_something(
         summary: dict[str, object], headers: set[str]) -> None:
     from loom.report import results_table
 
     shown = {str(c.header) for c in results_table([summary], "t").columns}
-    assert shown & {"met", "declined"} == headers
+    assert shown & {"met", "accepted", "declined"} == headers

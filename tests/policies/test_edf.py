@@ -83,7 +83,7 @@ def test_edf_admission_control_reproduces_the_artifact() -> None:
     jobs = list(with_scaling(trace.jobs, load_scaling("T4")))
     result = simulate(jobs, "edf-accessctrl", load_cluster("elasticflow/n16g4"), overhead="none")
     s = result.summary
-    assert (s["deadline_met"], s["declined"], s["finished"]) == (80, 115, 80)
+    assert (s["deadline_met"], s["accepted"], s["declined"], s["finished"]) == (80, 80, 115, 80)
     assert s["avg_jct_s"] == pytest.approx(210_627.4, rel=2e-3)
 
 

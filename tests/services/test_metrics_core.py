@@ -73,7 +73,7 @@ def test_rejected_and_best_effort_jobs() -> None:
     _feed(m, 20, _tr("be", F, R))
     s = m.summary()
     assert s["rejected"] == 1 and s["deadline_ratio"] == 0.0  # best-effort excluded
-    assert (s["deadline_jobs"], s["declined"], s["deadline_met"]) == (1, 1, 0)
+    assert (s["deadline_jobs"], s["accepted"], s["declined"], s["deadline_met"]) == (1, 0, 1, 0)
     assert s["best_effort_avg_jct_s"] == 20.0
 
 
