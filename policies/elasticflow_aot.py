@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import structlog
 
 HERE = Path(__file__).resolve().parent
 BUILD_DIR = HERE / "_aot"
@@ -116,10 +117,16 @@ def load_built(build_dir: Path = BUILD_DIR) -> CycleKernel | None:
     return checked
 
 
-def plan_cycle() -> CycleKernel:
+def plan_cycle(build_dir: Path = BUILD_DIR) -> CycleKernel:
     """The cycle kernel to run: ahead of time if built for this source, else numba's JIT."""
     if os.environ.get("NUMBA_DISABLE_JIT", "0") == "0":
-        built = load_built()
+        try:
+            built = load_built(build_dir)
+        except ImportError as exc:  # a damaged build, or one for another platform
+            structlog.get_logger("loom.policies").warning(
+                "ahead-of-time ElasticFlow kernel not loadable; numba's JIT runs it",
+                path=str(built_path(build_dir)), reason=str(exc))
+            built = None
         if built is not None:
             return built
     from policies import elasticflow_kernel

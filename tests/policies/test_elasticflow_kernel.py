@@ -166,3 +166,12 @@ def test_plain_python_is_kept_when_numba_is_told_not_to_compile(
     module is not loaded even where it is built."""
     monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")
     assert elasticflow_aot.plan_cycle() is elasticflow_kernel.plan_cycle
+
+
+def test_a_build_that_cannot_be_loaded_leaves_the_jit_running(tmp_path: Path) -> None:
+    """A damaged module under the current source's name is an import error, not a dead
+    policy: the JIT kernel is used instead."""
+    elasticflow_aot.built_path(tmp_path).write_bytes(b"not an ELF file")
+    with pytest.raises(ImportError):
+        elasticflow_aot.load_built(tmp_path)
+    assert elasticflow_aot.plan_cycle(tmp_path) is elasticflow_kernel.plan_cycle
