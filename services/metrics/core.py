@@ -244,7 +244,9 @@ class MetricsCore(CoreDefaults):
             ),
             "deadline_jobs": len(deadline_jobs),
             "deadline_met": sum(1 for j in deadline_jobs if j.met_deadline),
-            "accepted": len(deadline_jobs) - declined,  # deadline jobs admitted
+            # Deadline jobs admitted (not declined). Chronus declines none: the jobs it does
+            # not guarantee still run on spare GPUs, so here they count as accepted.
+            "accepted": len(deadline_jobs) - declined,
             "declined": declined,  # deadline jobs refused at admission
             "best_effort_avg_jct_s": sum(best_effort) / len(best_effort) if best_effort else None,
             "gpu_util": util,
