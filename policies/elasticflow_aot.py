@@ -65,7 +65,7 @@ def built_path(build_dir: Path = BUILD_DIR) -> Path:
 
 
 def build(build_dir: Path = BUILD_DIR) -> Path:
-    """Compile `plan_cycle` with numba.pycc (tens of seconds); returns the module's path.
+    """Compile `plan_cycle` with numba.pycc (10-25 s); returns the module's path.
     Built in a scratch folder and moved in whole, so a concurrent loader never sees half."""
     with warnings.catch_warnings():  # "pending deprecation" since numba 0.57: see above
         warnings.simplefilter("ignore")
@@ -119,7 +119,7 @@ def load_built(build_dir: Path = BUILD_DIR) -> CycleKernel | None:
 
 def plan_cycle(build_dir: Path = BUILD_DIR) -> CycleKernel:
     """The cycle kernel to run: ahead of time if built for this source, else numba's JIT."""
-    if os.environ.get("NUMBA_DISABLE_JIT", "0") == "0":
+    if os.environ.get("NUMBA_DISABLE_JIT", "0") in ("", "0"):
         try:
             built = load_built(build_dir)
         except ImportError as exc:  # a damaged build, or one for another platform
