@@ -132,14 +132,19 @@ def test_row_bank_finds_each_table_by_identity_or_content(monkeypatch: pytest.Mo
             assert (table[row] == want).all()
 
 
-def test_the_ahead_of_time_build_is_found_only_for_the_current_source(aot_dir: Path) -> None:
-    """One module, named for the kernel's source: the older build is gone, and a folder
-    holding only builds of other sources (an edited kernel) gives no kernel, so the JIT
-    runs the current code."""
-    assert [p.name for p in aot_dir.glob("elasticflow_cycle_*")] == [
-        elasticflow_aot.built_path(aot_dir).name]
-    assert elasticflow_aot.built_path(aot_dir).name.startswith(elasticflow_aot.module_name())
-    assert elasticflow_aot.load_built(aot_dir / "empty") is None
+def test_the_ahead_of_time_build_is_found_only_for_the_current_source(
+        aot_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One module, named for the kernel's source: the older build is gone; an edited kernel
+    gets another name, so the build made before the edit is not loaded and the JIT runs
+    the current code."""
+    built = elasticflow_aot.built_path(aot_dir)
+    assert [p.name for p in aot_dir.glob("elasticflow_cycle_*")] == [built.name]
+    edited = tmp_path / "elasticflow_kernel.py"
+    edited.write_bytes((elasticflow_aot.HERE / "elasticflow_kernel.py").read_bytes()
+                       + b"\n# edited\n")
+    monkeypatch.setattr(elasticflow_aot, "HERE", tmp_path)
+    assert elasticflow_aot.built_path(aot_dir) != built
+    assert elasticflow_aot.load_built(aot_dir) is None
 
 
 def test_the_ahead_of_time_kernel_takes_loosely_typed_arguments(aot_dir: Path) -> None:
