@@ -346,7 +346,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows = run_sweep(sweep, args.processes, dest / "traces" if args.save_traces else None)
     dest.mkdir(parents=True, exist_ok=True)
     write_csv(rows, dest / "sweep.csv")
-    write_json(rows, sweep, args.argv, dest / "sweep.json")
+    write_json(rows, sweep, args.invocation, dest / "sweep.json")
     start, end = sweep.job_window
     seeds = ",".join(str(s) for s in sweep.seeds)
     title = (f"{args.cluster}, {sweep.distribution} jobs: window {start}..{end - 1} of "
@@ -467,7 +467,8 @@ COMMANDS = {"sim": cmd_sim, "compare": cmd_compare, "sweep": cmd_sweep,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded with sweep results
+    # Recorded with sweep results; not `argv`, which `loom submit --command` stores into.
+    args.invocation = list(sys.argv[1:] if argv is None else argv)
     configure(getattr(args, "log_level", "warning"))
     try:
         return COMMANDS[args.command](args)

@@ -152,7 +152,7 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     run.add_argument("--cwd", help="the command's working directory (absolute)")
     run.add_argument("--progress-regex", help="read progress from stdout lines matching this "
                      "(named groups iteration, loss); default: LOOM_PROGRESS iteration=N ...")
-    run.add_argument("--command", dest="argv", nargs=argparse.REMAINDER, metavar="ARGV",
+    run.add_argument("--command", dest="job_command", nargs=argparse.REMAINDER, metavar="ARGV",
                      help="run this per GPU instead of Loom's trainer; it takes the rest of "
                           "the line, so give it last")
 

@@ -98,8 +98,8 @@ async def _submit(args: argparse.Namespace, job_id: str) -> str:
     body: dict[str, Any] = {"job_id": job_id, "tenant": args.tenant, "model": args.model,
                             "gpus": args.gpus, "iterations": args.iterations,
                             "iteration_time_s": args.iteration_time}
-    if args.argv:
-        body["command"] = args.argv
+    if args.job_command:
+        body["command"] = args.job_command
         if args.env:
             body["env"] = dict(_pair(e) for e in args.env)
         for key in ("cwd", "progress_regex"):

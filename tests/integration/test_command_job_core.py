@@ -185,5 +185,5 @@ def test_loom_submit_command_takes_the_rest_of_the_line() -> None:
     args = build_parser().parse_args(["submit", "--model", "m", "--gpus", "1", "--iterations",
                                       "5", "--env", "A=1", "--command", "torchrun",
                                       "--nproc-per-node", "1", "train.py", "--lr", "0.1"])
-    assert args.argv == ["torchrun", "--nproc-per-node", "1", "train.py", "--lr", "0.1"]
+    assert args.job_command == ["torchrun", "--nproc-per-node", "1", "train.py", "--lr", "0.1"]
     assert args.env == ["A=1"]
