@@ -49,12 +49,32 @@ class _Running:
     code: int | None = None
 
 
+# What a job inherits from the agent's environment: the locale, the search paths, and the
+# operator's tuning of the libraries it trains with. Nothing else: the agent's environment
+# holds its NATS credentials (LOOM_NATS_*), and a job is a tenant's code. As Slurm's
+# `--export=NONE` plus a site list, or a Kubernetes pod's env, which starts empty.
+INHERITED = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+    "HOSTNAME", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
+})
+INHERITED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "GLOO_", "NVIDIA_", "OMP_", "MKL_", "OPENBLAS_",
+                      "TORCH_", "UCX_", "FI_")
+
+
+def inherited(name: str) -> bool:
+    """Whether a job sees the agent's variable `name` (never one of Loom's own)."""
+    return not name.startswith("LOOM_") and (name in INHERITED
+                                             or name.startswith(INHERITED_PREFIXES))
+
+
 def job_environment(spec: ProcessSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The trainer's environment: the agent's, the job's extras, and only its GPUs visible.
+    """The trainer's environment: the allowed part of the agent's, the job's own variables,
+    and only its GPUs visible.
 
     GPUs are named by UUID: indices change under MPS and across reboots, UUIDs do not.
     """
-    env = dict(os.environ if base is None else base)
+    source = os.environ if base is None else base
+    env = {name: value for name, value in source.items() if inherited(name)}
     env.update(spec.env)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpu_uuids)
     env["PYTHONUNBUFFERED"] = "1"  # progress lines must arrive as they are written

@@ -66,6 +66,37 @@ def test_environment_shows_only_the_jobs_gpus_by_uuid() -> None:
                    "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.mark.parametrize(("name", "seen"), [
+    ("LOOM_NATS_USER", False), ("LOOM_NATS_PASSWORD", False), ("LOOM_NATS_CREDS", False),
+    ("LOOM_NATS_TLS_KEY", False), ("LOOM_NATS_NKEY", False), ("AWS_SECRET_ACCESS_KEY", False),
+    ("WANDB_API_KEY", False), ("SSH_AUTH_SOCK", False), ("LOOM_ANYTHING", False),
+    ("PATH", True), ("HOME", True), ("LANG", True), ("LC_ALL", True), ("NCCL_SOCKET_IFNAME", True),
+    ("OMP_NUM_THREADS", True), ("LD_LIBRARY_PATH", True), ("CUDA_HOME", True),
+])
+def test_a_job_inherits_only_the_allowed_part_of_the_agents_environment(
+        name: str, seen: bool) -> None:
+    env = job_environment(ProcessSpec("j", ["x"]), {name: "agent's"})
+    assert (env.get(name) == "agent's") is seen
+
+
+def test_a_jobs_own_variables_are_kept_and_the_agents_secrets_are_not() -> None:
+    spec = ProcessSpec("j", ["x"], (), {"WANDB_API_KEY": "the job's own"})
+    env = job_environment(spec, {"LOOM_NATS_PASSWORD": "s3cret", "WANDB_API_KEY": "agent's"})
+    assert env["WANDB_API_KEY"] == "the job's own" and "s3cret" not in env.values()
+
+
+async def test_a_launched_job_cannot_read_the_agents_credentials(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOM_NATS_USER", "node-n0")
+    monkeypatch.setenv("LOOM_NATS_PASSWORD", "s3cret")
+    rec = Recorder()
+    sup = Supervisor(rec.line, rec.exit)
+    code = "import os; print(sorted(k for k in os.environ if 'NATS' in k))"
+    await sup.launch(ProcessSpec("j", python(code)))
+    assert await sup.wait("j") == 0
+    assert rec.lines == [("j", "[]")]
+
+
 async def test_a_job_runs_to_the_end_with_its_lines_and_exit_code() -> None:
     rec = Recorder()
     sup = Supervisor(rec.line, rec.exit)
