@@ -7,6 +7,7 @@ command-line flags and the store in a copy; a throwaway CA and certificates come
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import nats
 import pytest
@@ -287,6 +288,94 @@ async def test_services_logged_in_as_themselves_run_a_job_end_to_end(
         codes = await asyncio.gather(*runs, return_exceptions=True)
         await admin.close()
     assert codes == [0] * len(names)
+
+
+class Services:
+    """Loom's services as their own users, each started and stopped on its own."""
+
+    NAMES: ClassVar[dict[str, str]] = {
+        "scheduler": "scheduler", "placer": "placer", "metrics": "metrics",
+        "nodeagent": "nodeagent-n0"}
+
+    def __init__(self, srv: Server, tls: Tls, admin: Any, checkpoints: Path) -> None:
+        self.srv, self.tls, self.admin = srv, tls, admin
+        self.checkpoints = checkpoints
+        self.running: dict[str, tuple[asyncio.Task[int], asyncio.Event]] = {}
+
+    def options(self, service: str) -> ServeOptions:
+        """As on a secured cluster: the node agent launches real processes (here each job's
+        own command) on fake GPUs; simulated trainers are for tests and demos."""
+        opts = dataclasses.replace(cluster_opts(service, self.srv, self.tls), time_scale=1.0)
+        if service == "nodeagent":
+            opts = dataclasses.replace(opts, trainers="pytorch", fake_gpus=2,
+                                       checkpoint_root=self.checkpoints)
+        return opts
+
+    async def start(self, service: str) -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(serve(self.options(service), stop))
+        self.running[service] = (task, stop)
+        for _ in range(200):  # it answers PING once it has rebuilt its state and gone live
+            if self.NAMES[service] in await ping(self.admin, 0.1):
+                return
+            assert not task.done(), f"{service} stopped: {task.exception()!r}"
+        pytest.fail(f"{service} did not come up on a stream with history")
+
+    async def stop(self, service: str) -> int:
+        task, stop = self.running.pop(service)
+        stop.set()
+        return await task
+
+    async def stop_all(self) -> list[int | BaseException]:
+        return [await self.stop(s) for s in list(self.running)]
+
+    async def run_job(self, job_id: str) -> None:
+        env = {**os.environ, **as_user("submitter", self.srv, self.tls).to_env()}
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "loom.cli", "submit", "--nats-url",
+                             self.srv.url, "--model", "mnist-like", "--gpus", "1",
+                             "--iterations", "5", "--job-id", job_id, "--command",
+                             sys.executable, "-c", "print('LOOM_PROGRESS iteration=5')"],
+            capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        state: dict[str, Any] = {}
+        for _ in range(300):
+            reply = await self.admin.request(control_subject("scheduler"), b"", timeout=5)
+            state = {j["job_id"]: j["state"] for j in json.loads(reply.data)["jobs"]}
+            if state.get(job_id) == "finished":
+                return
+            await asyncio.sleep(0.05)
+        pytest.fail(f"{job_id} did not finish: {state}")
+
+
+ORDERS = [("scheduler", "placer", "metrics", "nodeagent"),
+          ("nodeagent", "metrics", "placer", "scheduler"),
+          ("placer", "nodeagent", "scheduler", "metrics")]
+
+
+@pytest.mark.parametrize("server", ["auth.conf"], indirect=True)  # tls.conf: same accounts
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: "-".join(s[0] for s in o))
+async def test_each_role_restarts_on_a_stream_with_history(
+        server: Server, tls: Tls, order: tuple[str, ...], tmp_path: Path) -> None:
+    """The shipped roles, every service restarted once on a stream that holds a run: a
+    restarted scheduler or node agent rebuilds from the stream (a pull consumer), which its
+    role must allow. Before, the scheduler gave up after 25 s ("did not arrive")."""
+    admin = await connect("admin", server, tls)
+    await admin.jetstream().add_stream(name=subjects.STREAM, subjects=["loom.>"])
+    services = Services(server, tls, admin, tmp_path / "checkpoints")
+    try:
+        for service in order:
+            await services.start(service)
+        await services.run_job("before")
+        for service in order:
+            assert await services.stop(service) == 0
+            await services.start(service)
+        await services.run_job("after")
+        assert server.violations() == []
+    finally:
+        codes = await services.stop_all()
+        await admin.close()
+    assert codes == [0] * len(order)
 
 
 # -- the client side: flags over environment variables, inconsistent options named --------------
