@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.job import JobId, JobSpec, JobState, SubmitJob
 from schemas.status import Status
 
 # A placement: for each node, the GPU indices the job holds there.
@@ -30,7 +30,7 @@ class _Body(BaseModel):
 class JobTransition(_Body):
     """The scheduler moved a job between lifecycle states (the audit record)."""
 
-    job_id: str
+    job_id: JobId
     state: JobState
     previous: JobState | None
     cause: str
@@ -57,7 +57,7 @@ class NodeStatus(_Body):
 
 
 class Launch(_Body):
-    job_id: str
+    job_id: JobId
     spec: JobSpec
     placement: GpuSlots
     iterations_done: float = 0.0
@@ -74,7 +74,7 @@ STOP_RECONCILE = "reconcile: not placed here"
 
 
 class Stop(_Body):
-    job_id: str
+    job_id: JobId
     reason: str
 
 
@@ -104,7 +104,7 @@ class JobFinished(_Body):
     """A job's run ended on its leader node: completed, or (with `failure`) its trainer failed
     on its own; either way its GPUs are free again."""
 
-    job_id: str
+    job_id: JobId
     node_id: str
     iterations_done: float
     failure: str | None = None  # why the trainer failed (it exited non-zero, not stopped)
@@ -114,7 +114,7 @@ class OperatorCommand(_Body):
     """An operator's change to a running cluster (`loom cancel|suspend|resume|drain|...`)."""
 
     command: Literal["cancel", "suspend", "resume", "drain", "undrain", "set-policy"]
-    job_id: str | None = None  # cancel, suspend, resume
+    job_id: JobId | None = None  # cancel, suspend, resume
     node_id: str | None = None  # drain, undrain
     policy: str | None = None  # set-policy
     requested_by: str = "operator"
@@ -174,7 +174,7 @@ class NodeHeartbeat(_Body):
 class TrainerReport(_Body):
     """What a job's rank 0 reported on a live cluster: start (or resume), progress, the end."""
 
-    job_id: str
+    job_id: JobId
     node_id: str
     event: str  # started | progress | stopped | finished | failed
     iteration: int = Field(ge=0)

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 # Bounds on user input: generous for real clusters (the bundled traces peak at 8.7e8
 # iterations, 1.1e7 s and 100 epochs), tight enough to stop garbage before a policy sees it.
@@ -25,6 +25,20 @@ MAX_PROFILE_POINTS = 4096  # epochs of a goodput profile; entries of a scaling t
 MAX_BATCH_SIZES = 256
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.:\-/]+$")]
+# A job's id, the one rule every service and the CLI use: it names the job's checkpoint
+# directory, its processes and its durable state, so it has no path separator and cannot be
+# "." or ".." (it starts with a letter or digit).
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+JobId = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=JOB_ID_PATTERN)]
+_JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
+
+
+def valid_job_id(job_id: str) -> str:
+    """`job_id` if it keeps the rule, else a ValueError naming it."""
+    try:
+        return _JOB_ID.validate_python(job_id)
+    except ValidationError as exc:
+        raise ValueError(f"job id {job_id!r}: {exc.errors()[0]['msg']}") from None
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Rate = Annotated[float, Field(ge=0, le=MAX_RATE, allow_inf_nan=False)]
 Batch = Annotated[int, Field(ge=1, le=MAX_BATCH)]
@@ -215,7 +229,7 @@ class _JobFields(BaseModel):
 class JobSpec(_JobFields):
     """A training job as the scheduler knows it: named and stamped."""
 
-    job_id: Name
+    job_id: JobId
     submit_time_s: Seconds
 
     @property
@@ -231,7 +245,7 @@ class SubmitJob(_JobFields):
     time it received the submission.
     """
 
-    job_id: Name | None = None
+    job_id: JobId | None = None
     submit_time_s: Seconds | None = None
 
     def to_spec(self, job_id: str, now: float) -> JobSpec:

@@ -41,7 +41,7 @@ from schemas.events import (
     NodeStatus,
     TrainerReport,
 )
-from schemas.job import JobSpec
+from schemas.job import JobSpec, valid_job_id
 from services.nodeagent.gate import CommandGate
 from services.runtime.effects import PRIORITY_INPUT, Effect, LocalEffect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
@@ -128,6 +128,16 @@ def local_ranks(node_id: str, launch: Launch) -> tuple[dict[int, int], int]:
                 ranks[rank] = gpu
             rank += 1
     return ranks, rank
+
+
+def checkpoint_dir(root: Path, job_id: str) -> Path:
+    """The job's checkpoint directory: one level under `root`, named by its validated id.
+    The schemas refuse other ids already; this keeps a tenant's files under the root even
+    if a message got past them."""
+    path = root / valid_job_id(job_id)
+    if path.parent != root:
+        raise ValueError(f"job id {job_id!r} cannot name a checkpoint directory")
+    return path
 
 
 def rendezvous_port(job_id: str, cycle: int) -> int:
@@ -233,7 +243,7 @@ class TrainerNodeCore(CoreDefaults):
         spec = launch.spec
         leader = launch.placement[0][0] == me
         master = self.addresses.get(launch.placement[0][0], "127.0.0.1")
-        ckpt = self.settings.checkpoint_root / spec.job_id
+        ckpt = checkpoint_dir(self.settings.checkpoint_root, spec.job_id)
         job = _Job(launch, {r: self.gpu_uuids[g] for r, g in ranks.items()}, leader,
                    alive=set(ranks), iteration=launch.iterations_done)
         self.jobs[spec.job_id] = job

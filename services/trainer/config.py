@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from schemas.job import JobId
 from services.trainer.catalog import FAMILIES
 
 Backend = Literal["auto", "gloo", "nccl", "horovod"]
@@ -30,7 +31,7 @@ class ConfigError(ValueError):
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job_id: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")
+    job_id: JobId
     model: str
     iterations: int = Field(ge=1)  # the job's total; a resumed launch runs the remainder
     batch_size: int = Field(ge=1)  # global batch, split evenly across ranks
