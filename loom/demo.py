@@ -23,6 +23,7 @@ import nats
 from rich.console import Console
 from rich.table import Table
 
+from loom.eventlog import running_versions
 from loom.serve import UpOptions, control_subject, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
@@ -75,6 +76,7 @@ async def run_demo(out: Path | None, console: Console, timeout_s: float) -> int:
         tmp.cleanup()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
+        summary["versions"] = running_versions()  # the local cluster runs this installation
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         console.print(f"wrote {out / 'summary.json'}")
     ok = summary["all_finished"] and code == 0

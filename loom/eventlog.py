@@ -3,8 +3,10 @@
 Format `loom-eventlog` version 1 (see docs/replay.md): a concatenation of msgpack maps.
 
 - record 0, the header: `{"format": "loom-eventlog", "version": 1, "source": "sim" | "live",
-  "run": {...}}`; `run` holds what replay needs to rebuild the cores (policy, cluster spec,
-  seed, overhead model, re-planning, placement, throughput profile, trace name);
+  "run": {...}, "versions": {...}}`; `run` holds what replay needs to rebuild the cores
+  (policy, cluster spec, seed, overhead model, re-planning, placement, throughput profile,
+  trace name); `versions` the versions of Python, Loom and the libraries whose results reach
+  decisions (solvers, numpy, numba), absent in logs written before it existed (unknown);
 - then one record per message the bus carried, in delivery order:
   `{"seq": stream sequence, "subject": ..., "time": the clock's time at publish,
   "msg_id": Nats-Msg-Id or nil, "data": the payload bytes as on the wire}`;
@@ -16,8 +18,11 @@ A file whose first two bytes are gzip's magic is read through gzip, whatever its
 
 from __future__ import annotations
 
+import functools
 import gzip
-from collections.abc import Iterator
+import importlib.metadata
+import platform
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -30,6 +35,67 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 16
 
 Source = Literal["sim", "live"]
+
+# What makes decisions besides Loom's own code: the solvers behind cvxpy (Clarabel, HiGHS,
+# SCS), scipy (AlloX's assignment, Pollux's model fit), numpy, numba (ElasticFlow's kernel)
+# and rustworkx (Muri's matching). Another version may return another of several equal
+# optima (docs/replay.md, "Solvers and determinism"), so logs and summaries say which made
+# them.
+DECISION_LIBRARIES = ("numpy", "scipy", "cvxpy", "highspy", "clarabel", "scs", "numba",
+                      "rustworkx")
+LOOM_DISTRIBUTION = "loom-scheduler"
+NOT_INSTALLED = "not installed"
+Versions = dict[str, str]
+
+
+def _installed(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return NOT_INSTALLED
+
+
+@functools.cache
+def _running() -> tuple[tuple[str, str], ...]:
+    names = [("python", platform.python_version()), ("loom", _installed(LOOM_DISTRIBUTION))]
+    names += [(lib, _installed(lib)) for lib in DECISION_LIBRARIES]
+    return tuple(names)
+
+
+def running_versions() -> Versions:
+    """Versions of Python, Loom and the decision-making libraries in this process."""
+    return dict(_running())
+
+
+def version_changes(recorded: Mapping[str, str] | None,
+                    running: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(name, recorded, running) for each version that differs; a name the recording lacks
+    is unknown, not a difference."""
+    if not recorded:
+        return []
+    return [(name, recorded[name], now) for name, now in running.items()
+            if name in recorded and recorded[name] != now]
+
+
+def _listed(versions: Mapping[str, str]) -> str:
+    return ", ".join(f"{name} {v}" for name, v in versions.items())
+
+
+def versions_note(recorded: Mapping[str, str] | None, running: Mapping[str, str]) -> list[str]:
+    """What a divergent replay says about versions: which differ from the recording (a
+    solver upgrade named as the likely cause), that none do, or that the log does not say."""
+    if not recorded:
+        return ["versions: the log does not say which made its decisions (a live log, or one "
+                f"written before logs carried them); running {_listed(running)}"]
+    changes = version_changes(recorded, running)
+    if not changes:
+        return ["versions: as recorded, so no library upgrade explains this divergence"]
+    lines = [f"versions: recorded with {name} {old}, running {new}" for name, old, new in changes]
+    if any(name in DECISION_LIBRARIES for name, _, _ in changes):
+        lines.append("  another version of a solver or numeric library is the likely cause: "
+                     "where several solutions are optimal it may return another "
+                     "(docs/replay.md, \"Solvers and determinism\")")
+    return lines
 
 
 class EventLogError(ValueError):
@@ -92,6 +158,7 @@ class EventLog:
     run: RunInfo
     records: list[Record] = field(default_factory=list)
     decision_digest: str | None = None
+    versions: Versions | None = None  # None: recorded before logs carried them (unknown)
 
 
 def _open_read(path: Path) -> BinaryIO:
@@ -105,9 +172,13 @@ def _open_read(path: Path) -> BinaryIO:
 
 class EventLogWriter:
     """Writes a log record by record; `close(digest)` writes the trailer. A `.gz` name gzips
-    (with a zero timestamp, so the same run gives the same bytes)."""
+    (with a zero timestamp, so the same run gives the same bytes).
 
-    def __init__(self, path: Path, source: Source, run: RunInfo) -> None:
+    `versions`: the header's library versions, by default this process's; None writes none
+    (unknown: a log rewritten from one that had none, or recorded by another process)."""
+
+    def __init__(self, path: Path, source: Source, run: RunInfo,
+                 versions: Mapping[str, str] | Literal["running"] | None = "running") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._raw = path.open("wb")
@@ -117,8 +188,13 @@ class EventLogWriter:
                                       mtime=0)
         self._packer = msgpack.Packer(use_bin_type=True)
         self.count = 0
-        self._write({"format": FORMAT, "version": VERSION, "source": source,
-                     "run": run.to_dict()})
+        header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "source": source,
+                                  "run": run.to_dict()}
+        if versions == "running":
+            versions = running_versions()
+        if versions is not None:
+            header["versions"] = dict(versions)
+        self._write(header)
 
     def _write(self, obj: dict[str, Any]) -> None:
         self._out.write(self._packer.pack(obj))
@@ -137,6 +213,16 @@ class EventLogWriter:
         if self._out is not self._raw:
             self._out.close()
         self._raw.close()
+
+
+def _versions(obj: Any, path: Path) -> Versions | None:
+    """The header's `versions`; a header without them (older logs) means unknown."""
+    if obj is None:
+        return None
+    if not (isinstance(obj, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items())):
+        raise EventLogError(path, 0, "header: 'versions' must map names to version strings")
+    return dict(obj)
 
 
 def _header(obj: Any, path: Path) -> tuple[Source, RunInfo]:
@@ -212,7 +298,7 @@ def read_log(path: Path | str) -> EventLog:
                 raise EventLogError(path, index, "data after the trailer record")
             if log is None:
                 source, run = _header(obj, path)
-                log = EventLog(path, source, run)
+                log = EventLog(path, source, run, versions=_versions(obj.get("versions"), path))
                 continue
             if isinstance(obj, dict) and "end" in obj:
                 if obj["end"] != len(log.records):
@@ -236,10 +322,10 @@ def read_log(path: Path | str) -> EventLog:
     return log
 
 
-
 def write_log(log: EventLog, path: Path) -> None:
-    """Write `log` (e.g. one read, then filtered or edited) as a complete file."""
-    writer = EventLogWriter(path, log.source, log.run)
+    """Write `log` (e.g. one read, then filtered or edited) as a complete file, with the
+    versions it was recorded with (none if unknown), not this process's."""
+    writer = EventLogWriter(path, log.source, log.run, versions=log.versions)
     for rec in log.records:
         writer.record(rec.seq, rec.subject, rec.time, rec.msg_id, rec.data)
     writer.close(log.decision_digest)

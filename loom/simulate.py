@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import policies
-from loom.eventlog import EventLogWriter, RunInfo
+from loom.eventlog import EventLogWriter, RunInfo, running_versions
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
 from schemas.tenants import TenantsConfig
@@ -157,6 +157,8 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
         "errors": sum(s.errors for s in shells) + bus.stats.dead_lettered,
         "wall_s": round(wall, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        # What made the decisions besides Loom: a newer solver may break ties otherwise.
+        "versions": running_versions(),
     })
     return SimResult(summary=summary, jobs=list(metrics.jobs.values()))
 

@@ -6,9 +6,18 @@ matched to (free GPU w, position k) slots, where a job placed k-th from last on 
 by its processing time: cost[i, (k, w)] = k · rem_i / T_i(type of w) + waiting time of i
 (Hungarian method, scipy's `linear_sum_assignment`). Each GPU then runs the job matched last
 from the end, i.e. first; jobs keep their GPU type until they finish (non-preemptive).
+
+Ties: jobs with the same work, speeds and waiting time (a batch submitted at once) have equal
+cost rows, so any permutation of their slots is optimal too, and which one scipy returns is
+an accident of its implementation. `canonical_ties` hands such jobs their slots in a fixed
+order (the earlier job in the waiting order runs sooner), so the matching solver's choice
+among equal optima never reaches a decision. GPUs of one type are interchangeable already:
+only the type a job is matched to is kept.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +27,31 @@ from policies.rounds import RoundPolicy
 from schemas.job import JobSpec
 
 _NO_RATE = 1e-10  # Gavel's stand-in for a zero throughput
+
+IntArray = np.ndarray[Any, np.dtype[np.int64]]
+
+
+def canonical_ties(cost: FloatArray, rows: IntArray, cols: IntArray, workers: int
+                   ) -> IntArray:
+    """`cols` (the slot k · workers + w matched to each row of `rows`) with the slots of
+    interchangeable jobs, rows of `cost` that are equal, handed out in a fixed order: the
+    job of the lower row gets the slot with fewer jobs ahead of it on its GPU (then the lower
+    GPU, then the earlier position). Permuting equal rows keeps the total cost, so the
+    matching stays optimal."""
+    k, w = np.divmod(cols, workers)
+    ahead = np.array([int(np.sum((w == w[i]) & (k > k[i]))) for i in range(len(cols))],
+                     dtype=np.int64)
+    groups: dict[bytes, list[int]] = {}
+    for i, r in enumerate(rows.tolist()):
+        groups.setdefault(cost[r].tobytes(), []).append(i)
+    out = cols.copy()
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        slots = sorted(members, key=lambda i: (ahead[i], w[i], k[i]))
+        for i, s in zip(sorted(members, key=lambda i: rows[i]), slots, strict=True):
+            out[i] = cols[s]
+    return out
 
 
 class AlloX(RoundPolicy):
@@ -58,6 +92,7 @@ class AlloX(RoundPolicy):
             cost = np.concatenate([(k + 1) * base for k in range(m)], axis=1)
             cost += inp.age_s[idx][:, None]
             rows, cols = linear_sum_assignment(cost)
+            cols = canonical_ties(cost, rows, cols, n)
             first: dict[int, tuple[int, str]] = {}  # worker → (position from last, job)
             for r, c in zip(rows, cols, strict=True):
                 k, w = divmod(int(c), n)

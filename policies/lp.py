@@ -5,6 +5,9 @@ re-solves. Shapes are bucketed so that a queue growing by one job does not recom
 exact up to 16, then rounded up to 4 significant bits (≤ 12.5 % padding), or for problems whose
 compilation dominates (Gavel's, compiled at many sizes in one run), powers of two. Each policy
 pads its own way, so that padding rows never bind.
+
+`solve_first` hands back solutions snapped to a grid of 1e-6 (`snap`): what lies below the
+solvers' tolerance must not reach a decision (docs/replay.md, "Solvers and determinism").
 """
 
 from __future__ import annotations
@@ -22,6 +25,18 @@ if TYPE_CHECKING:  # cvxpy costs about a second to import: only on first use
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 USABLE = ("optimal", "optimal_inaccurate")
+# Solutions are rounded to this many decimals before any decision sees them. The solvers stop
+# at tolerances near 1e-8, so digits below 1e-6 are noise: the same optimum from another
+# solver version, or two symmetric jobs' shares, differ there; and an interior-point solver
+# leaves ±1e-10 where the optimum is 0, which a share > 0 test would read as a share.
+SHARE_DECIMALS = 6
+
+
+def snap(x: FloatArray, decimals: int = SHARE_DECIMALS) -> FloatArray:
+    """`x` rounded to `decimals` (and -0.0 made 0.0), so values within solver tolerance of
+    each other compare equal and ties reach the callers' deterministic tie-breaks."""
+    out: FloatArray = np.round(x, decimals) + 0.0
+    return out
 
 
 def bucket(n: int, bits: int = 4) -> int:
@@ -80,7 +95,8 @@ class CompiledCache(Generic[P]):
 
 def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str]
                 ) -> tuple[FloatArray | None, str]:
-    """Solve with each solver in turn; the first optimal value (or the first inaccurate one)."""
+    """Solve with each solver in turn; the first optimal value (or the first inaccurate one),
+    snapped to the share grid (`snap`)."""
     from cvxpy.error import SolverError
 
     backup: tuple[FloatArray | None, str] = (None, "failed")
@@ -95,7 +111,7 @@ def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[st
         if status not in USABLE or value is None or not np.all(np.isfinite(value)):
             continue
         if status == "optimal":
-            return np.asarray(value, dtype=np.float64), status
+            return snap(np.asarray(value, dtype=np.float64)), status
         if backup[0] is None:
-            backup = (np.asarray(value, dtype=np.float64), status)
+            backup = (snap(np.asarray(value, dtype=np.float64)), status)
     return backup

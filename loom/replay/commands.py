@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from loom.eventlog import RunInfo, read_log
+from loom.eventlog import RunInfo, read_log, running_versions, versions_note
 from loom.live_args import default_url
 from loom.replay.cores import fresh_cores
 from loom.replay.engine import check_digest, replay
@@ -94,6 +94,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         for n, k in result.decisions.items())
     if result.divergence is not None:
         out.print(escape(result.divergence.render()))
+        for line in versions_note(log.versions, running_versions()):
+            out.print(escape(line))
         return 1
     mode = "exactly" if log.source == "sim" else "structurally (live log: floats not compared)"
     skipped = (f" ({result.undecodable} undecodable inputs skipped, as the bus dead-lettered "

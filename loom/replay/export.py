@@ -42,7 +42,8 @@ async def export_stream(url: str, stream: str, out: Path, run: RunInfo,
         js = nc.jetstream()
         info = await js.stream_info(stream)
         last = info.state.last_seq
-        writer = EventLogWriter(out, "live", run)
+        # The exporter is not the scheduler: its versions would say nothing of the run's.
+        writer = EventLogWriter(out, "live", run, versions=None)
         if info.state.messages:
             sub = await js.subscribe(
                 f"{prefix}loom.>", stream=stream, ordered_consumer=True,
