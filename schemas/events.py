@@ -108,6 +108,8 @@ class JobFinished(_Body):
     node_id: str
     iterations_done: float
     failure: str | None = None  # why the trainer failed (it exited non-zero, not stopped)
+    # The launch can never work (e.g. no trainer for its model): fail the job, no retries.
+    permanent: bool = False
 
 
 class OperatorCommand(_Body):

@@ -228,14 +228,31 @@ class TrainerNodeCore(CoreDefaults):
             elif job is not None:
                 job.relaunch = None  # stopped before its rerun here could start
         for launch in cmd.launches:
-            if launch.spec.command is None:
-                family_of(launch.spec.model)  # refuse a job no trainer can run, before any spawn
             old = self.jobs.get(launch.job_id)
             if old is not None and old.alive:
                 old.relaunch = (launch, cmd.cycle)  # once the previous run has exited
                 continue
-            effects += self._spawn(launch, cmd.cycle)
+            effects += self._start(launch, cmd.cycle)
         return effects
+
+    def _start(self, launch: Launch, cycle: int) -> list[Effect]:
+        try:
+            return self._spawn(launch, cycle)
+        except ValueError as exc:  # a launch no trainer here can ever run
+            return self._refuse(launch, str(exc))
+
+    def _refuse(self, launch: Launch, reason: str) -> list[Effect]:
+        """Report a launch that can never start (an unknown model, a bad argument) as a
+        permanent failure, so the scheduler frees its GPUs and fails the job now, instead of
+        dropping the whole command and leaving the job holding GPUs with no process. The
+        leader reports it; the rest of a gang start nothing."""
+        self.jobs.pop(launch.job_id, None)
+        if launch.placement[0][0] != self.node.node_id:
+            return []
+        return [Publish(subjects.JOB_FINISHED, JobFinished(
+            job_id=launch.job_id, node_id=self.node.node_id,
+            iterations_done=launch.iterations_done, permanent=True,
+            failure=f"launch refused on {self.node.node_id}: {reason}"))]
 
     def _spawn(self, launch: Launch, cycle: int) -> list[Effect]:
         me = self.node.node_id
@@ -244,6 +261,7 @@ class TrainerNodeCore(CoreDefaults):
         leader = launch.placement[0][0] == me
         master = self.addresses.get(launch.placement[0][0], "127.0.0.1")
         ckpt = checkpoint_dir(self.settings.checkpoint_root, spec.job_id)
+        family = None if spec.command is not None else family_of(spec.model)  # before any state
         job = _Job(launch, {r: self.gpu_uuids[g] for r, g in ranks.items()}, leader,
                    alive=set(ranks), iteration=launch.iterations_done)
         self.jobs[spec.job_id] = job
@@ -257,7 +275,7 @@ class TrainerNodeCore(CoreDefaults):
         effects: list[Effect] = []
         for rank, uuid in sorted(job.ranks.items()):
             cfg = TrainerConfig(
-                job_id=spec.job_id, model=family_of(spec.model), iterations=spec.iterations,
+                job_id=spec.job_id, model=str(family), iterations=spec.iterations,
                 batch_size=global_batch(spec.batch_size, world), checkpoint_dir=str(ckpt),
                 rank=rank, world_size=world, master_addr=master,
                 master_port=rendezvous_port(spec.job_id, cycle),
@@ -380,5 +398,5 @@ class TrainerNodeCore(CoreDefaults):
                     node_id=self.node.node_id, cycle=job.stop_cycle,
                     progress={job_id: job.iteration})))
         if job.relaunch is not None:
-            effects += self._spawn(*job.relaunch)
+            effects += self._start(*job.relaunch)
         return effects

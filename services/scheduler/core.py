@@ -79,6 +79,7 @@ from services.scheduler.liveness import (
     NodeFaults,
     RetryPolicy,
     failed_cause,
+    launch_key,
     lost_key,
     requeue_cause,
     retry_cause,
@@ -141,6 +142,7 @@ class JobRecord:
     history: list[Transition] = field(default_factory=list)
     launched_by: tuple[int, int] | None = None  # (term, cycle) of the plan of its current run
     unseen: int = 0  # heartbeats since then that should have listed its run and did not
+    confirmed: bool = False  # its node has shown the current run (heartbeat, progress, end)
 
     def view(self) -> JobView:
         running = self.state is JobState.RUNNING
@@ -229,6 +231,8 @@ class SchedulerCore(CoreDefaults):
                 return self._on_lost(key[1], now)
             if key == retry_key(key[1]):
                 return self._on_retry_due(key[1], now)
+        if isinstance(key, tuple) and len(key) == 3 and key == launch_key(key[1], key[2]):
+            return self._on_start_due(key[1], key[2], now)
         raise KeyError(key)
 
     # -- queries -----------------------------------------------------------------------------
@@ -383,6 +387,7 @@ class SchedulerCore(CoreDefaults):
             if rec is not None and rec.state is not None and not rec.state.terminal:
                 rec.iterations_done = rec.reported = done
                 rec.remaining = rec.spec.iterations - done
+                rec.confirmed = rec.confirmed or _on_node(rec, msg.node_id)
 
     # -- operators ---------------------------------------------------------------------------
     def _on_operator(self, cmd: OperatorCommand, now: float) -> list[Effect]:
@@ -448,6 +453,10 @@ class SchedulerCore(CoreDefaults):
             raise ValueError(f"heartbeat from node {node!r}, which is not in the cluster")
         deadline, returned = self.faults.beat(node, hb.interval_s, now)
         effects: list[Effect] = [SetTimer(lost_key(node), deadline, PRIORITY_INPUT)]
+        for jid in hb.jobs:  # its runs there have started
+            rec = self._running.get(jid)
+            if rec is not None and _on_node(rec, node):
+                rec.confirmed = True
         # Reconcile: stop whatever the node runs that is no longer placed there, ...
         stale = [jid for jid in hb.jobs if not self._runs_on(jid, node)]
         if stale:
@@ -467,15 +476,37 @@ class SchedulerCore(CoreDefaults):
             effects += self._request_cycle(now, "node-returned")
         return effects
 
-    def _on_vanished(self, rec: JobRecord, node: str, now: float) -> list[Effect]:
+    def _on_vanished(self, rec: JobRecord, node: str, now: float,
+                     why: str | None = None) -> list[Effect]:
         """A run its node no longer has (it never started, or ended unreported): stop what is
         left of it, and count it as a failed attempt (backoff, then retry or fail)."""
         jid = rec.spec.job_id
         self._end_run(rec, rec.reported, now)  # its last checkpoint, as far as we know
-        why = f"its run vanished from node {node} (not in {VANISHED_AFTER_BEATS} heartbeats)"
+        why = why or f"its run vanished from node {node} (not in {VANISHED_AFTER_BEATS} heartbeats)"
         lost = JobFinished(job_id=jid, node_id=node, iterations_done=rec.reported, failure=why)
         return [self._plan_out(stops=[Stop(job_id=jid, reason=why)]),
                 *self._on_trainer_failed(rec, lost, now)]
+
+    def _await_start(self, rec: JobRecord, now: float) -> list[Effect]:
+        """Arm the launch's deadline: a run its node does not show started by then (never
+        handled, refused, lost on the way) frees its GPUs and counts as a failed attempt.
+        Only on nodes that send heartbeats, so simulations never arm it."""
+        timeout = self.faults.liveness.launch_timeout_s
+        leader = rec.placement[0][0]
+        if not timeout or leader not in self.faults.watched or rec.launched_by is None:
+            return []
+        return [SetTimer(launch_key(rec.spec.job_id, rec.launched_by), now + timeout,
+                         PRIORITY_INPUT)]
+
+    def _on_start_due(self, job_id: str, launched_by: tuple[int, int],
+                      now: float) -> list[Effect]:
+        rec = self._running.get(job_id)
+        if rec is None or rec.launched_by != launched_by or rec.confirmed:
+            return []  # started, or a later run of it, or no longer running
+        node = rec.placement[0][0]
+        timeout = self.faults.liveness.launch_timeout_s
+        return self._on_vanished(rec, node, now,
+                                 f"not started on node {node} within {timeout:g} s")
 
     def _plan_out(self, stops: Sequence[Stop] = (), launches: Sequence[Launch] = (),
                   busy_gpus: int = 0) -> Publish:
@@ -528,12 +559,13 @@ class SchedulerCore(CoreDefaults):
         failure = str(msg.failure)
         rec.placement, rec.group = (), ()
         rec.reported = msg.iterations_done
-        at = self.faults.fail(jid, now)
-        n = self.faults.failures[jid]
+        at = None if msg.permanent else self.faults.fail(jid, now)
+        n = self.faults.failures.get(jid, 0)
         effects: list[Effect]
         if at is None:
             rec.ended_at = now
-            reason = f"trainer failed {n} time(s), last on {msg.node_id}: {failure}"
+            reason = (f"{failure} (not retried)" if msg.permanent else
+                      f"trainer failed {n} time(s), last on {msg.node_id}: {failure}")
             rec.status = Status(code=StatusCode.FAILED, reason=reason, decided_by="retry")
             effects = [self._transition(rec, JobState.FAILED, failed_cause(failure), now)]
         else:
@@ -692,11 +724,12 @@ class SchedulerCore(CoreDefaults):
                     rec.started_at = now
                 self._running[jid] = rec
             self.estimate_launch(rec, slots, group, now)
-            rec.launched_by, rec.unseen = (self.term, self.cycle), 0
+            rec.launched_by, rec.unseen, rec.confirmed = (self.term, self.cycle), 0, False
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
                                    iterations_done=rec.iterations_done, colocated=group,
                                    adaptive_batch=self._adaptive_batch))
             transitions.append(self._transition(rec, JobState.RUNNING, cause, now))
+            transitions += self._await_start(rec, now)
             self._views[jid] = rec.view()
         effects: list[Effect] = []
         if stops or launches:

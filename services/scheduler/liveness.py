@@ -52,14 +52,24 @@ def retry_key(job_id: str) -> tuple[str, str]:
     return ("retry", job_id)
 
 
+def launch_key(job_id: str, launched_by: tuple[int, int]) -> tuple[str, str, tuple[int, int]]:
+    """The timer by which the run of `job_id` launched by plan (term, cycle) must have started."""
+    return ("launch", job_id, launched_by)
+
+
 @dataclass(frozen=True)
 class LivenessConfig:
     misses: int = 3  # heartbeats a node may miss before it is lost
     default_interval_s: float = 5.0  # for heartbeats that do not announce their interval
+    # A launched run its node has not shown started by then is failed (0: never). Generous:
+    # a trainer's start is a heartbeat away, but pulling a command's image may take long.
+    launch_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.misses < 1:
             raise ValueError(f"liveness misses must be >= 1, not {self.misses}")
+        if not self.launch_timeout_s >= 0:
+            raise ValueError(f"launch timeout must be >= 0 s, not {self.launch_timeout_s}")
         if not self.default_interval_s > 0:
             raise ValueError("liveness default_interval_s must be positive")
 

@@ -25,7 +25,13 @@ from services.metrics.core import MetricsCore
 from services.metrics.prometheus import exposition, registry_for
 from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
 from services.scheduler.core import SchedulerConfig, SchedulerCore
-from services.scheduler.liveness import LivenessConfig, RetryPolicy, lost_key, retry_key
+from services.scheduler.liveness import (
+    LivenessConfig,
+    RetryPolicy,
+    launch_key,
+    lost_key,
+    retry_key,
+)
 from tests.builders import cluster, make_job
 
 _n = 0
@@ -287,6 +293,92 @@ def test_a_restarted_agent_loses_what_its_predecessor_ran() -> None:
     assert core.faults.lost == set()  # restarted, not lost: it can take work at once
     core.on_timer("cycle", 12.0)
     assert node_of(core, "b") == ("n1",)
+
+
+# -- launch confirmation ---------------------------------------------------------------------
+
+def watched_core(timeout: float = 60.0) -> SchedulerCore:
+    """Two nodes that have sent heartbeats; "a" (4 GPUs) then submitted and launched at 10 on
+    n0 by the plan of cycle 1."""
+    cfg = SchedulerConfig(liveness=LivenessConfig(launch_timeout_s=timeout))
+    core = SchedulerCore(cluster(2, 4), policies.make("fifo"), cfg)
+    for node in ("n0", "n1"):
+        deliver(core, beat(node), 1.0)
+    deliver(core, SubmitJob.from_spec(make_job("a").gpus(4).runs_for(1000).build()), 10.0)
+    return core
+
+
+# What n0 says between the launch at 10 and the deadline at 70: whether the run counts as
+# never started when the deadline comes.
+START = {
+    "nothing at all (a dropped command)": ([], True),
+    "heartbeats that do not list it": ([beat("n0"), beat("n0")], True),
+    "another node lists it": ([beat("n1", "a")], True),
+    "a heartbeat lists it": ([beat("n0", "a")], False),
+    "a progress report": ([NodeStatus(node_id="n0", cycle=1, progress={"a": 3.0})], False),
+}
+
+
+@pytest.mark.parametrize("name", list(START))
+def test_a_launch_its_node_never_shows_started_frees_its_gpus_at_the_deadline(
+        name: str) -> None:
+    said, never_started = START[name]
+    core = watched_core(timeout=60.0)
+    effects = core.on_timer("cycle", 10.0)
+    key = launch_key("a", (0, 1))
+    assert timers(effects)[key] == 70.0 and node_of(core, "a") == ("n0",)
+    for i, body in enumerate(said):
+        deliver(core, body, 20.0 + i)
+    effects = core.on_timer(key, 70.0)
+    if not never_started:
+        assert effects == [] and state(core, "a") is JobState.RUNNING
+        return
+    (plan,) = published(effects, PlanDecided)
+    assert [(s.job_id, s.reason) for s in plan.stops] == [
+        ("a", "not started on node n0 within 60 s")]
+    (t,) = published(effects, JobTransition)
+    assert t.state is JobState.PREEMPTED
+    assert t.cause.startswith("trainer failed on n0 (not started on node n0 within 60 s)")
+    assert "a" not in core._running  # its GPUs are free for the next cycle
+    assert core.status("a").decided_by == "retry"
+
+
+def test_a_launch_deadline_is_for_that_run_only() -> None:
+    """The job moved (a later plan): the first run's deadline passes without effect."""
+    core = watched_core()
+    core.on_timer("cycle", 10.0)
+    core.jobs["a"].launched_by = (0, 2)  # as a later cycle's migration would set it
+    assert core.on_timer(launch_key("a", (0, 1)), 70.0) == []
+
+
+@pytest.mark.parametrize(("timeout", "beats"), [(0.0, True), (60.0, False)])
+def test_no_launch_deadline_when_off_or_in_simulation(timeout: float, beats: bool) -> None:
+    cfg = SchedulerConfig(liveness=LivenessConfig(launch_timeout_s=timeout))
+    core = SchedulerCore(cluster(2, 4), policies.make("fifo"), cfg)
+    if beats:
+        deliver(core, beat("n0"), 1.0)
+    deliver(core, SubmitJob.from_spec(make_job("a").gpus(4).runs_for(1000).build()), 10.0)
+    effects = core.on_timer("cycle", 10.0)
+    assert not [k for k in timers(effects) if isinstance(k, tuple) and k[0] == "launch"]
+
+
+def test_a_launch_refused_for_good_fails_the_job_at_once() -> None:
+    core = core_with(("a", 4), ("b", 4), retry=RetryPolicy(max_attempts=3))
+    why = "launch refused on n0: no trainer workload for model 'xgboost'"
+    effects = deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=0.0,
+                                        failure=why, permanent=True), 5.0)
+    (t,) = published(effects, JobTransition)
+    assert (t.state, t.cause) == (JobState.FAILED, f"failed: {why}")
+    assert retry_key("a") not in timers(effects)
+    assert core.status("a").reason == f"{why} (not retried)"
+    deliver(core, SubmitJob.from_spec(make_job("c").gpus(4).runs_for(10).build()), 6.0)
+    core.on_timer("cycle", 6.0)
+    assert state(core, "c") is JobState.RUNNING  # "a"'s GPUs went to the next job
+
+
+def test_a_bad_launch_timeout_is_named() -> None:
+    with pytest.raises(ValueError, match="launch timeout must be >= 0 s"):
+        LivenessConfig(launch_timeout_s=-1.0)
 
 
 # -- retries -------------------------------------------------------------------------------

@@ -170,10 +170,26 @@ def test_a_relaunch_here_waits_until_the_stopping_run_has_exited() -> None:
     assert parse(list(later[0].argv[3:])).master_port == rendezvous_port("j", 2)
 
 
-def test_a_model_no_trainer_can_run_is_refused_before_any_spawn() -> None:
-    with pytest.raises(ValueError, match="no trainer workload for model 'xgboost'"):
-        agent(0).handle(command(N0, 1, (launch("x", ((N0, (0,)),), model="xgboost"),)),
-                        0.0)  # type: ignore[arg-type]
+def test_a_model_no_trainer_can_run_is_refused_as_a_permanent_failure() -> None:
+    """The launch is refused, not the command: the job beside it starts, and the refused one
+    is reported finished with a permanent failure, so the scheduler frees its GPUs at once
+    (before, the whole command was dead-lettered and both jobs held GPUs with no process)."""
+    core = agent(0)
+    bad = launch("x", ((N0, (0,)),), model="xgboost")
+    good = launch("y", ((N0, (1,)),))
+    effects = core.handle(command(N0, 1, (bad, good)), 0.0)  # type: ignore[arg-type]
+    assert [s.job_id for s in spawns(effects)] == ["y"]
+    (refused,) = [b for b in bodies(effects) if isinstance(b, JobFinished)]
+    assert refused.job_id == "x" and refused.permanent and refused.node_id == N0
+    assert refused.failure is not None
+    assert "no trainer workload for model 'xgboost'" in refused.failure
+    assert "x" not in core.jobs  # nothing held, nothing in its heartbeat
+
+
+def test_only_the_leader_reports_a_refused_gang() -> None:
+    bad = launch("x", ((N1, (0,)), (N0, (0,))), model="xgboost")
+    effects = agent(0).handle(command(N0, 1, (bad,)), 0.0)  # type: ignore[arg-type]
+    assert effects == []
 
 
 def test_an_agent_needs_as_many_gpus_as_its_node() -> None:
