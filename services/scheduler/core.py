@@ -286,7 +286,8 @@ class SchedulerCore(CoreDefaults):
     def _on_submit(self, sub: SubmitJob, event_id: str, now: float) -> list[Effect]:
         job_id = sub.job_id or f"job-{event_id}"
         if job_id in self.jobs:
-            return []  # a re-delivered submission: already handled
+            self._check_resubmission(job_id, sub)
+            return []  # the same job again (a retried submit, a re-delivery): handled once
         try:
             spec = sub.to_spec(job_id, now)
         except ValidationError as exc:
@@ -316,6 +317,19 @@ class SchedulerCore(CoreDefaults):
         self.policy.job_added(view)
         effects += self._request_cycle(now, "arrival")
         return effects
+
+    def _check_resubmission(self, job_id: str, sub: SubmitJob) -> None:
+        """A submission under a taken id is accepted, once, only if it is the same job: a
+        different one raises, so the shell dead-letters it with the reason (it would
+        otherwise vanish without a word, and its submitter wait for a job never queued)."""
+        known = self.jobs[job_id].spec
+        try:
+            same = sub.to_spec(job_id, known.submit_time_s) == known
+        except ValidationError:
+            same = False
+        if not same:
+            raise ValueError(f"duplicate job id {job_id!r}: a different job was submitted "
+                             "under it; submit with another id (or none, to get one)")
 
     def _reject(
         self, job_id: str, spec: JobSpec | None, code: StatusCode, reason: str, now: float

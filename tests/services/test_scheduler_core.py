@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+import pytest
+
 import policies
 from schemas import subjects
 from schemas.events import (
@@ -121,6 +123,26 @@ def test_duplicate_submission_is_ignored() -> None:
     assert _submit(core, spec, 0.0)
     assert _submit(core, spec, 1.0) == []
     assert len(core.jobs) == 1
+
+
+def test_the_same_job_resubmitted_without_a_time_is_taken_once() -> None:
+    """`loom submit` retried: the body has no submit time; the scheduler stamped the first."""
+    core = _core()
+    body = SubmitJob.model_validate({"job_id": "a", "model": "bert", "gpus": 1,
+                                     "iterations": 10, "iteration_time_s": 1.0})
+    assert _deliver(core, body, 0.0)
+    assert _deliver(core, body, 5.0) == []
+    assert core.jobs["a"].spec.submit_time_s == 0.0
+
+
+def test_another_job_under_a_taken_id_is_refused_with_the_reason() -> None:
+    """Raised, so the shell dead-letters it with the reason; the first job is untouched."""
+    core = _core()
+    first = make_job("a").gpus(1).build()
+    _submit(core, first, 0.0)
+    with pytest.raises(ValueError, match="duplicate job id 'a': a different job"):
+        _submit(core, make_job("a").gpus(2).build(), 1.0)
+    assert core.jobs["a"].spec == first
 
 
 def test_too_large_and_invalid_jobs_are_rejected_with_a_reason() -> None:
