@@ -40,6 +40,7 @@ from services.metrics.core import MetricsCore
 from services.metrics.prometheus import registry_for, serve_http
 from services.nodeagent.agent import DEFAULT_GRACE_S, TrainerNodeCore, TrainerSettings
 from services.nodeagent.gpu import FakeBackend, GpuBackend, detect_backend
+from services.nodeagent.jobuser import JobUser
 from services.nodeagent.live import NodeAgentShell
 from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
@@ -86,6 +87,7 @@ class ServeOptions:
     fake_gpus: int | None = None  # nodeagent: K fake GPUs instead of NVML/DCGM discovery
     gpu_backend: str = "auto"  # nodeagent: auto | dcgm | nvml
     checkpoint_root: Path = Path("/var/lib/loom/checkpoints")
+    job_user: str | None = None  # nodeagent: run trainers as this unprivileged user
     grace_s: float = DEFAULT_GRACE_S
     fast_forward: int = 0
     advertise_addr: str = "127.0.0.1"  # nodeagent: the address other nodes' trainers use
@@ -189,6 +191,7 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     if opts.service == "scheduler" and opts.replica is not None:
         return await serve_replica(opts, stop)
     core, backend = build_service(opts)
+    job_user = JobUser.lookup(opts.job_user) if opts.job_user else None  # before connecting
     clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
                       origin=opts.origin)
     bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
@@ -197,7 +200,8 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     run_id = f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}"
     # A scheduler or simulated node agent that restarts picks up where it died.
     recovered = await recover(core, bus, clock.now())
-    shell = (NodeAgentShell(core, bus, clock, run_id=run_id, backend=backend)
+    shell = (NodeAgentShell(core, bus, clock, run_id=run_id, backend=backend,
+                            job_user=job_user)
              if isinstance(core, TrainerNodeCore) and backend is not None
              else Shell(core, bus, clock, run_id=run_id))
     signals: list[signal.Signals] = []

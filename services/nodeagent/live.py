@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from schemas.events import GpuSample
 from services.nodeagent.agent import Kill, SampleGpus, Spawn, TrainerNodeCore
 from services.nodeagent.gpu import FakeBackend, GpuBackend, MpsControl, run_command
+from services.nodeagent.jobuser import JobUser
 from services.nodeagent.supervisor import ProcessSpec, Supervisor
 from services.runtime.bus import Bus
 from services.runtime.clock import Clock
@@ -45,7 +46,8 @@ class NodeAgentShell(Shell):
     core: TrainerNodeCore
 
     def __init__(self, core: TrainerNodeCore, bus: Bus, clock: Clock, *, run_id: str,
-                 backend: GpuBackend, cwd: Path | None = None) -> None:
+                 backend: GpuBackend, cwd: Path | None = None,
+                 job_user: JobUser | None = None) -> None:
         super().__init__(core, bus, clock, run_id=run_id)
         self.backend = backend
         mps_dir = core.settings.mps_dir / core.node.node_id
@@ -53,7 +55,7 @@ class NodeAgentShell(Shell):
         runner = backend.run if isinstance(backend, FakeBackend) else run_command
         self.mps = MpsControl(mps_dir / "pipe", mps_dir / "log", run=runner)
         self.supervisor = Supervisor(self._on_line, self._on_exit,
-                                     grace_s=core.settings.grace_s)
+                                     grace_s=core.settings.grace_s, job_user=job_user)
         self.cwd = cwd
         self._locks: dict[str, IO[bytes]] = {}  # job → its held rank-0 lock
         self._pending: set[asyncio.Task[None]] = set()
@@ -81,6 +83,8 @@ class NodeAgentShell(Shell):
         try:
             if eff.rank == 0:
                 self._locks[eff.job_id] = await _lock(Path(eff.checkpoint_dir), LOCK_WAIT_S)
+                if self.supervisor.job_user is not None:
+                    self.supervisor.job_user.hand_over(Path(eff.checkpoint_dir))
             env = {**dict(eff.env), "LOOM_JOB_ID": eff.job_id}
             if eff.mps_percentage is not None:
                 self.mps.start()  # idempotent: one daemon per node

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.nodeagent.jobuser import JobUser
 from services.runtime.logging import get_logger
 
 log = get_logger("nodeagent.supervisor")
@@ -83,10 +84,11 @@ def job_environment(spec: ProcessSpec, base: Mapping[str, str] | None = None) ->
 
 class Supervisor:
     def __init__(self, on_line: LineHandler, on_exit: ExitHandler,
-                 grace_s: float = 30.0) -> None:
+                 grace_s: float = 30.0, job_user: JobUser | None = None) -> None:
         self._on_line = on_line
         self._on_exit = on_exit
         self.grace_s = grace_s
+        self.job_user = job_user  # None: jobs run as the agent's user
         self._jobs: dict[str, _Running] = {}
 
     @property
@@ -100,10 +102,15 @@ class Supervisor:
                               f"(pid {self._jobs[spec.job_id].process.pid})")
         if not spec.argv:
             raise LaunchError(f"job {spec.job_id}: empty command")
+        env = job_environment(spec)
+        who: dict[str, object] = {}
+        if self.job_user is not None:
+            env.update(self.job_user.identity())
+            who = {"user": self.job_user.uid, "group": self.job_user.gid, "extra_groups": []}
         try:
             process = await asyncio.create_subprocess_exec(
-                *spec.argv, env=job_environment(spec), cwd=spec.cwd,
-                stdout=asyncio.subprocess.PIPE, stderr=None, start_new_session=True)
+                *spec.argv, env=env, cwd=spec.cwd, stdout=asyncio.subprocess.PIPE,
+                stderr=None, start_new_session=True, **who)  # type: ignore[arg-type]
         except OSError as exc:
             raise LaunchError(f"job {spec.job_id}: cannot run {spec.argv[0]!r}: {exc}") from exc
         run = _Running(spec, process, asyncio.create_task(self._follow(spec.job_id, process)))
