@@ -17,7 +17,7 @@ from rich.table import Table
 from loom.eventlog import RunInfo, read_log, running_versions, versions_note
 from loom.live_args import default_url
 from loom.replay.cores import fresh_cores
-from loom.replay.engine import check_digest, replay
+from loom.replay.engine import check_digest, check_payloads, replay
 from loom.replay.whatif import arrivals, comparison_rows, recorded_summary, what_if
 from loom.runs import RunSpec
 from loom.simulate import SimConfig
@@ -57,7 +57,9 @@ def add_commands(sub: Any, positive: Callable[[str], float],
         description="Feed the recorded inputs of the scheduler and placer to fresh cores and "
                     "check every recorded decision; print OK with the decision digest, or the "
                     "first divergent decision with its inputs (exit 1). With --policy, "
-                    "simulate the same arrivals under another policy and compare.")
+                    "simulate the same arrivals under another policy and compare. A log "
+                    "that cannot be read (damaged, cut short, not a log) exits 2, naming "
+                    "the record.")
     rp.add_argument("log", type=Path, help="event log file (loom sim --log, loom log export)")
     rp.add_argument("--policy", help="what-if: simulate the log's arrivals under this policy")
     rp.add_argument("--round-s", type=positive,
@@ -84,6 +86,7 @@ def add_commands(sub: Any, positive: Callable[[str], float],
 
 def cmd_replay(args: argparse.Namespace) -> int:
     log = read_log(args.log)
+    check_payloads(log)
     if args.policy is not None:
         return _what_if(log, args.policy, args.round_s)
     if args.round_s is not None:

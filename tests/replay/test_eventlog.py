@@ -11,6 +11,7 @@ import pytest
 
 from loom.cli import main
 from loom.eventlog import EventLogError, EventLogWriter, RunInfo, read_log
+from tests.replay.mutations import spans
 
 RUN = RunInfo(policy="fifo", cluster=None)
 
@@ -29,15 +30,22 @@ def _pack(*objs: object) -> bytes:
 
 HEADER = {"format": "loom-eventlog", "version": 1, "source": "sim",
           "run": {"policy": "fifo", "cluster": None}}
-TRAILER = _pack({"end": 3, "decision_digest": "ab" * 32})
+
+
+def _trailer_size(data: bytes) -> int:
+    """Bytes of the last record (the trailer) of a raw log."""
+    start, end = spans(data)[-1]
+    return end - start
+
+
 GOOD = {"seq": 1, "subject": "loom.jobs.submit", "time": 0.0, "msg_id": None, "data": b"x"}
 
 # name → (bytes of the file from a 3-record log's bytes, record named, words in the reason)
 CORRUPTIONS: list[tuple[str, Callable[[bytes], bytes], int | None, str]] = [
-    ("cut inside a record", lambda b: b[:-len(TRAILER) - 3], 3,
+    ("cut inside a record", lambda b: b[:-_trailer_size(b) - 3], 3,
      "cut short in the middle of a record"),
     ("cut inside the trailer", lambda b: b[:-3], 4, "cut short in the middle of a record"),
-    ("no trailer", lambda b: b[:-len(TRAILER)], 4, "truncated: no trailer after record 3"),
+    ("no trailer", lambda b: b[:-_trailer_size(b)], 4, "truncated: no trailer after record 3"),
     ("empty", lambda b: b"", None, "empty file"),
     ("not a log", lambda b: b"hello world, not msgpack at all", 0, "not a loom-eventlog"),
     ("other version", lambda b: _pack({**HEADER, "version": 9}), 0, "unsupported version 9"),
