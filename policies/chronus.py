@@ -56,19 +56,33 @@ the fewest jobs, which gives the same plan when all can be kept.
 Size: deadlines reach thousands of terms (up to 4,418 on Fig. 8a's trace), so the terms
 after the first `horizon` ones are merged into segments between consecutive deadlines, each
 with an integer variable Y[i,k] ≤ length_k (terms job i gets in segment k) and capacity
-C × length_k. Terms inside a segment are interchangeable for every deadline, so only packing
-inside a segment is relaxed; the terms that are enacted (the first) and the next `horizon − 1`
-are exact, and the plan is solved again every term. With `horizon` ≥ every m_i the problem
-is exactly the artifact's. For admission, a segment's terms are laid out per term
-(`unpack`: largest jobs first, each on the least loaded terms).
+C × length_k. Terms inside a segment are interchangeable for every deadline; the terms that
+are enacted (the first) and the next `horizon − 1` are exact, and the plan is solved again
+every term. With `horizon` ≥ every m_i the problem is exactly the artifact's.
 
-Solving: cvxpy with HiGHS, compiled once per padded size with every number a Parameter (DPP),
-so a term re-solves without recompiling. Determinism: HiGHS is deterministic for a given
-input and options; the search is bounded by a node limit (`node_limit`; an incumbent found
-by then is used), and the time limit (`time_limit_s`, generous) is a safety net whose expiry
-is counted in `stats.timeouts`. If HiGHS fails, times out or returns an invalid plan, the
-artifact's greedy (`greedy_selection`: by value, larger jobs first, least slack first, each
-on its latest free terms) is used, which is deterministic.
+Merging packs a segment only in aggregate, a relaxation: a 4-GPU job for one term and a
+2-GPU job for both terms of a 2-term segment of a 4-GPU cluster fit in aggregate (8 ≤ 2 × 4)
+but not term by term. A selection is a guarantee only with a per-term layout, so every one
+is laid out (`layout`: in each segment the largest jobs first, each on the terms with the
+most GPUs left; `lay_out_segment` reports a segment it cannot lay out). Where a segment does
+not lay out, it is cut at its midpoint (`segments(..., cuts)`) and the MILP solved again
+(`stats.refined`, `stats.refinements`). Each refined MILP is still a relaxation of the exact
+problem, so an optimum that lays out is an exact optimum; a one-term segment is exact, so
+refining ends, but it is capped at `max_refinements` re-solves, beyond which the greedy below
+is used (`stats.unlaid`). Every selection `select` returns therefore has a layout within
+capacity, and admission packs against it (`unpack`).
+
+Solving: cvxpy with HiGHS, compiled once per padded size (jobs, and segments where refining
+cuts more of them than there are jobs, each to a power of two) with every number a Parameter
+(DPP), so a term re-solves without recompiling. Determinism: HiGHS is deterministic for a
+given input and options, and each solve starts cold (cvxpy would warm-start it from the
+previous problem's solution, which made an answer depend on the solve before it, and from
+an infeasible start HiGHS has reported a suboptimal plan as optimal); the search is bounded
+by a node limit (`node_limit`; an incumbent found by then is used), and the time limit
+(`time_limit_s`, generous) is a safety net whose expiry is counted in `stats.timeouts`. If
+HiGHS fails, times out or returns an invalid plan, the artifact's greedy (`greedy_selection`:
+by value, larger jobs first, least slack first, each on its latest free terms, which lays
+out term by term) is used, which is deterministic.
 
 Not reproduced: alternative deadlines with partial values (Loom jobs have one deadline);
 placement (`local_search`) and the profiling stage (neither changes a simulated job's
@@ -83,7 +97,7 @@ import enum
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +182,9 @@ class Selection:
     """Which jobs the plan keeps and when they run.
 
     `exact[i]` lists job i's terms before the horizon (all its terms for the greedy);
-    `tail[i][k]` is how many terms it gets in segment `segments[k]` (a [start, end) range).
+    `tail[i][k]` is how many terms it gets in segment `segments[k]` (a [start, end) range),
+    which `layout` places term by term. Every selection `LeaseSolver.select` returns has a
+    layout within capacity; one built otherwise need not (`check_selection`).
     """
 
     chosen: tuple[bool, ...]
@@ -182,12 +198,16 @@ class Selection:
         return tuple(bool(e) and e[0] == 0 for e in self.exact)
 
 
-def segments(deadlines: Sequence[int], horizon: int) -> tuple[tuple[int, int], ...]:
-    """The terms after the horizon, cut at every deadline beyond it."""
-    cuts = sorted({d for d in deadlines if d > horizon})
+def segments(deadlines: Sequence[int], horizon: int,
+             cuts: Iterable[int] = ()) -> tuple[tuple[int, int], ...]:
+    """The terms after the horizon, cut at every deadline beyond it and at the extra `cuts`
+    (refinements) that fall between the horizon and the last deadline."""
+    last = max(deadlines, default=0)
+    points = sorted({d for d in deadlines if d > horizon}
+                    | {c for c in cuts if horizon < c < last})
     out = []
     start = horizon
-    for end in cuts:
+    for end in points:
         out.append((start, end))
         start = end
     return tuple(out)
@@ -208,10 +228,12 @@ class MilpData:
     segments: tuple[tuple[int, int], ...]
 
 
-def milp_data(p: LeaseProblem, shape: tuple[int, int, int]) -> MilpData:
-    """The MILP's numbers for `p`, padded to `shape` (padding rows need 0 terms, value 0)."""
+def milp_data(p: LeaseProblem, shape: tuple[int, int, int],
+              cuts: Iterable[int] = ()) -> MilpData:
+    """The MILP's numbers for `p` with its segments cut also at `cuts`, padded to `shape`
+    (padding rows need 0 terms, value 0; padding segments hold 0 terms)."""
     n, h, k = shape
-    segs = segments(p.deadline, h)
+    segs = segments(p.deadline, h, cuts)
     if p.n > n or len(segs) > k:
         raise ValueError(f"problem ({p.n} jobs, {len(segs)} segments) exceeds shape {shape}")
     mask = np.zeros((n, h))
@@ -273,15 +295,20 @@ def build_milp(shape: tuple[int, ...]) -> _Milp:
     return _Milp(cp.Problem(objective, constraints), x, y, s, par)
 
 
-def shape_for(p: LeaseProblem, horizon: int) -> tuple[int, int, int]:
-    """Compiled size: jobs (and segments, never more than jobs) rounded up to a power of two."""
-    n = max(4, 1 << (max(p.n, 1) - 1).bit_length())
-    return (n, horizon, n)
+def shape_for(p: LeaseProblem, horizon: int, cuts: Iterable[int] = ()) -> tuple[int, int, int]:
+    """Compiled size: jobs rounded up to a power of two (at least 4); segments as many, or,
+    where refinements cut more segments than that, their own power of two."""
+    n = _pow2(p.n)
+    return (n, horizon, max(n, _pow2(len(segments(p.deadline, horizon, cuts)))))
 
 
-def check_selection(p: LeaseProblem, sel: Selection) -> bool:
-    """Whether a selection keeps every constraint of the problem (exact terms per term,
-    merged terms per segment)."""
+def _pow2(count: int) -> int:
+    return max(4, 1 << (max(count, 1) - 1).bit_length())
+
+
+def consistent(p: LeaseProblem, sel: Selection) -> bool:
+    """Whether a selection keeps the MILP's constraints: its exact terms per term, its merged
+    terms in aggregate per segment. A relaxation: see `layout` for the per-term check."""
     used: dict[int, int] = {}
     seg_used = [0] * len(sel.segments)
     for i in range(p.n):
@@ -303,6 +330,29 @@ def check_selection(p: LeaseProblem, sel: Selection) -> bool:
         return False
     return all(u <= p.capacity * (e - a) for u, (a, e) in zip(seg_used, sel.segments,
                                                               strict=True))
+
+
+def fits(p: LeaseProblem, chosen: Sequence[bool], terms: Sequence[IntArray]) -> bool:
+    """The exact problem's constraints on a per-term layout: a chosen job holds exactly its
+    required number of distinct terms, all before its deadline, another none; no term holds
+    more GPUs than the cluster has."""
+    used: dict[int, int] = {}
+    for i, t in enumerate(terms):
+        picked = {int(b) for b in t}
+        if len(picked) != len(t) or len(t) != (p.required[i] if chosen[i] else 0):
+            return False
+        if any(b < 0 or b >= p.deadline[i] for b in picked):
+            return False
+        for b in picked:
+            used[b] = used.get(b, 0) + p.gpus[i]
+    return all(u <= p.capacity for u in used.values())
+
+
+def check_selection(p: LeaseProblem, sel: Selection) -> bool:
+    """Whether a selection keeps every constraint of the exact problem: it has a per-term
+    layout (`layout`) that `fits`."""
+    terms = layout(p, sel)
+    return terms is not None and fits(p, sel.chosen, terms)
 
 
 def greedy_selection(p: LeaseProblem) -> Selection:
@@ -330,10 +380,13 @@ def greedy_selection(p: LeaseProblem) -> Selection:
 @dataclass(slots=True)
 class MilpStats:
     terms: int = 0  # selections made
-    solves: int = 0  # MILPs solved (terms with at least one accepted job)
-    node_limit: int = 0  # solves that stopped at the node limit with an incumbent (used)
-    timeouts: int = 0  # solves stopped by the time limit (greedy used)
+    solves: int = 0  # selections solved by MILP (terms with at least one accepted job)
+    node_limit: int = 0  # MILPs that stopped at the node limit with an incumbent (used)
+    timeouts: int = 0  # MILPs stopped by the time limit (greedy used)
     failures: int = 0  # solver errors, no incumbent, or an invalid plan (greedy used)
+    refined: int = 0  # selections whose first MILP answer did not lay out per term
+    refinements: int = 0  # MILPs re-solved with the unlaid segments split
+    unlaid: int = 0  # selections still not laid out after `max_refinements` (greedy used)
     dropped: int = 0  # accepted jobs the plan could not keep (demoted)
     total_s: float = 0.0
     max_s: float = 0.0
@@ -342,11 +395,14 @@ class MilpStats:
 
 @dataclass
 class LeaseSolver:
-    """Solves `LeaseProblem`s with HiGHS, compiled once per shape, greedy on failure."""
+    """Solves `LeaseProblem`s with HiGHS, compiled once per shape; splits merged segments that
+    do not lay out per term and solves again, up to `max_refinements` times; greedy on failure.
+    Every selection it returns has a per-term layout within capacity."""
 
     horizon: int = 16
     time_limit_s: float = 60.0
     node_limit: int = 2000
+    max_refinements: int = 16  # halves a 4,418-term segment (Fig. 8a's longest) to single terms
     cache: CompiledCache[_Milp] = field(default_factory=lambda: CompiledCache(build_milp))
     stats: MilpStats = field(default_factory=MilpStats)
 
@@ -356,7 +412,7 @@ class LeaseSolver:
             return Selection((), (), (), (), "empty")
         t0 = time.perf_counter()
         try:
-            sel = self._milp(p)
+            sel = self._refined(p)
         finally:
             dt = time.perf_counter() - t0
             self.stats.solves += 1
@@ -364,23 +420,45 @@ class LeaseSolver:
             self.stats.max_s = max(self.stats.max_s, dt)
             self.stats.max_jobs = max(self.stats.max_jobs, p.n)
         if sel is None:
-            sel = greedy_selection(p)
+            sel = greedy_selection(p)  # lays out by construction: every term is exact
         self.stats.dropped += sum(1 for c in sel.chosen if not c)
         return sel
 
-    def _milp(self, p: LeaseProblem) -> Selection | None:
+    def _refined(self, p: LeaseProblem) -> Selection | None:
+        """The MILP's selection once it lays out per term. Each MILP is a relaxation of the
+        exact problem (merged terms are packed in aggregate), so an optimum that lays out is
+        an optimum of the exact problem; where a segment does not lay out, it is cut at its
+        midpoint and the MILP solved again. A one-term segment is exact, so this ends; the cap
+        bounds the work (deterministically: a count, not a clock)."""
+        cuts: set[int] = set()
+        for attempt in range(self.max_refinements + 1):
+            sel = self._milp(p, cuts)
+            if sel is None:
+                return None
+            unlaid = [sel.segments[j] for j in unlaid_segments(p, sel)]
+            if not unlaid:
+                return sel
+            if attempt == 0:
+                self.stats.refined += 1
+            if attempt < self.max_refinements:
+                self.stats.refinements += 1
+                cuts.update((a + b) // 2 for a, b in unlaid)
+        self.stats.unlaid += 1
+        return None
+
+    def _milp(self, p: LeaseProblem, cuts: Iterable[int]) -> Selection | None:
         from cvxpy.error import SolverError
 
-        shape = shape_for(p, self.horizon)
+        shape = shape_for(p, self.horizon, cuts)
         m = self.cache.get(shape)
-        data = milp_data(p, shape)
+        data = milp_data(p, shape, cuts)
         for name, par in m.params.items():
             par.value = getattr(data, name)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 m.problem.solve(  # type: ignore[no-untyped-call]
-                    solver="HIGHS", time_limit=float(self.time_limit_s),
+                    solver="HIGHS", warm_start=False, time_limit=float(self.time_limit_s),
                     mip_max_nodes=int(self.node_limit))
         except (SolverError, ValueError):
             self.stats.failures += 1
@@ -402,7 +480,7 @@ class LeaseSolver:
             self.stats.failures += 1
             return None
         sel = _read(p, m, data, method)
-        if sel is None or not check_selection(p, sel):
+        if sel is None or not consistent(p, sel):
             self.stats.failures += 1
             return None
         return sel
@@ -421,24 +499,70 @@ def _read(p: LeaseProblem, m: _Milp, data: MilpData, method: str) -> Selection |
     return Selection(chosen, exact, tail, data.segments, method)
 
 
-def unpack(p: LeaseProblem, sel: Selection) -> list[IntArray]:
-    """Every job's terms, the merged segments laid out per term: in each segment the largest
-    jobs first, each on the terms with the most GPUs left (the latest among equals)."""
-    end = max([*p.deadline, 1])
-    free = np.full(end, p.capacity, dtype=np.int64)
-    out = [np.asarray(sel.exact[i], dtype=np.int64) for i in range(p.n)]
-    for i in range(p.n):
-        free[out[i]] -= p.gpus[i]
-    for j, (a, b) in enumerate(sel.segments):
-        takers = sorted((i for i in range(p.n) if sel.tail and sel.tail[i][j] > 0),
-                        key=lambda i: (-p.gpus[i], i))
-        for i in takers:
-            span = free[a:b]
-            # most GPUs left first, then the latest term
-            pick = np.lexsort((-np.arange(b - a), -span))[:sel.tail[i][j]] + a
-            free[pick] -= p.gpus[i]
-            out[i] = np.concatenate([out[i], np.sort(pick)])
+# -- the per-term layout ---------------------------------------------------------------------
+
+def lay_out_segment(gpus: Sequence[int], counts: Sequence[int], length: int,
+                    capacity: int) -> list[IntArray] | None:
+    """Job i's `counts[i]` distinct terms in a segment of `length` terms (numbered from 0),
+    no term over `capacity`; None where this finds no layout (a heuristic: one may exist).
+    Largest jobs first, each on the terms with the most GPUs left (the latest among equals):
+    where those have no room for a job, no other terms have, given the jobs placed before."""
+    free = np.full(length, capacity, dtype=np.int64)
+    terms = np.arange(length)
+    out = [np.empty(0, dtype=np.int64) for _ in gpus]
+    for i in sorted((i for i, c in enumerate(counts) if c > 0), key=lambda i: (-gpus[i], i)):
+        c = counts[i]
+        if c > length:
+            return None
+        # one distinct key per term, highest for the most GPUs left, then the latest term
+        key = free * length + terms
+        pick = np.argpartition(-key, c - 1)[:c] if c < length else terms
+        if free[pick].min() < gpus[i]:
+            return None
+        free[pick] -= gpus[i]
+        out[i] = np.sort(pick)
     return out
+
+
+def _tail_counts(sel: Selection, j: int) -> list[int]:
+    return [t[j] for t in sel.tail] if sel.tail else [0] * len(sel.chosen)
+
+
+def unlaid_segments(p: LeaseProblem, sel: Selection) -> list[int]:
+    """The segments of a `consistent` selection that `lay_out_segment` cannot lay out."""
+    out = []
+    for j, (a, b) in enumerate(sel.segments):
+        counts = _tail_counts(sel, j)
+        if sum(g for g, c in zip(p.gpus, counts, strict=True) if c) <= p.capacity:
+            continue  # its jobs all fit in one term: any terms will do
+        if lay_out_segment(p.gpus, counts, b - a, p.capacity) is None:
+            out.append(j)
+    return out
+
+
+def layout(p: LeaseProblem, sel: Selection) -> list[IntArray] | None:
+    """Every job's terms, its exact ones and each segment's laid out per term
+    (`lay_out_segment`); None where the selection is not `consistent` or a segment does not
+    lay out (the MILP packs merged terms only in aggregate, which can promise too much: in
+    a 2-term segment of a 4-GPU cluster, a 4-GPU job for one term and a 2-GPU job for both
+    fit in aggregate, 8 ≤ 2 × 4, but not term by term)."""
+    if not consistent(p, sel):
+        return None
+    out = [np.asarray(sel.exact[i], dtype=np.int64) for i in range(p.n)]
+    for j, (a, b) in enumerate(sel.segments):
+        placed = lay_out_segment(p.gpus, _tail_counts(sel, j), b - a, p.capacity)
+        if placed is None:
+            return None
+        out = [np.concatenate([o, t + a]) for o, t in zip(out, placed, strict=True)]
+    return out
+
+
+def unpack(p: LeaseProblem, sel: Selection) -> list[IntArray]:
+    """`layout` of a selection that has one (every selection `LeaseSolver.select` returns)."""
+    terms = layout(p, sel)
+    if terms is None:
+        raise ValueError("the selection has no per-term layout within capacity")
+    return terms
 
 
 # -- admission -------------------------------------------------------------------------------

@@ -13,14 +13,19 @@ from policies.chronus import (
     Tier,
     bin_gpus,
     check_selection,
+    consistent,
     earliest_limit,
     estimate_s,
+    fits,
     greedy_selection,
+    lay_out_segment,
+    layout,
     leases_for,
     milp_data,
     packable,
     segments,
     shape_for,
+    unlaid_segments,
     unpack,
 )
 from schemas.cluster import ClusterSpec
@@ -75,6 +80,22 @@ def test_lease_counting(seconds: float, terms: int) -> None:
 def test_terms_after_the_horizon_are_cut_at_each_deadline() -> None:
     assert segments([3, 20, 20, 40, 8], 8) == ((8, 20), (20, 40))
     assert segments([3, 8], 8) == ()
+    # refinements cut more; cuts outside (horizon, last deadline) change nothing
+    assert segments([3, 20, 40], 8, [14, 30, 5, 8, 40, 50]) == (
+        (8, 14), (14, 20), (20, 30), (30, 40))
+
+
+@pytest.mark.parametrize(("jobs", "cuts", "shape"), [
+    (3, (), (4, 2, 4)),
+    (5, (), (8, 2, 8)),
+    (2, (4, 5, 6, 7, 8), (4, 2, 8)),  # 6 segments > 4 jobs: their own power of two
+    (6, (4, 5, 6, 7, 8), (8, 2, 8)),
+])
+def test_shape_pads_jobs_and_segments(jobs: int, cuts: tuple[int, ...],
+                                      shape: tuple[int, int, int]) -> None:
+    p = LeaseProblem((1,) * jobs, (1,) * jobs, (10,) * jobs, 4)
+    assert shape_for(p, 2, cuts) == shape
+    assert len(milp_data(p, shape, cuts).segments) == len(cuts) + 1
 
 
 def test_milp_data_masks_terms_after_each_deadline() -> None:
@@ -137,17 +158,126 @@ def test_a_solve_is_repeatable() -> None:
     assert a == b and check_selection(p, a)
 
 
-def test_unpack_lays_merged_terms_out_within_capacity() -> None:
-    p = LeaseProblem((4, 2, 2, 1), (3, 8, 3, 6), (12, 10, 20, 9), 4)
-    sel = LeaseSolver(horizon=2).select(p)
-    assert all(sel.chosen) and any(any(t) for t in sel.tail)
+@pytest.mark.parametrize(("gpus", "required", "deadline", "capacity", "horizon"), [
+    # issue 18: the first MILP answer of each packs a merged segment only in aggregate
+    ((4, 2, 2, 1), (3, 8, 3, 6), (12, 10, 20, 9), 4, 2),
+    ((1, 8, 1, 1, 1, 1), (2, 2, 0, 0, 0, 0), (3, 3, 1, 1, 1, 1), 8, 1),
+])
+def test_unpack_lays_merged_terms_out_within_capacity(
+        gpus: tuple[int, ...], required: tuple[int, ...], deadline: tuple[int, ...],
+        capacity: int, horizon: int) -> None:
+    p = LeaseProblem(gpus, required, deadline, capacity)
+    solver = LeaseSolver(horizon=horizon)
+    sel = solver.select(p)
+    assert sel.method == "milp" and solver.stats.refined == 1 and solver.stats.unlaid == 0
+    assert sum(sel.chosen) == sum(LeaseSolver(horizon=max(deadline)).select(p).chosen)
     terms = unpack(p, sel)
-    used = np.zeros(20, dtype=int)
+    used = np.zeros(max(deadline), dtype=int)
     for i, t in enumerate(terms):
-        assert len(t) == p.required[i] and len(set(t.tolist())) == len(t)
-        assert t.max() < p.deadline[i]
+        assert len(t) == (p.required[i] if sel.chosen[i] else 0)
+        assert len(set(t.tolist())) == len(t) and all(t < p.deadline[i])
         used[t] += p.gpus[i]
-    assert used.max() <= 4
+    assert used.max() <= capacity
+
+
+LAYOUTS = {
+    # name: (gpus, counts, length, capacity, terms per job or None)
+    "issue 18: aggregate 8 ≤ 2 × 4, one term left for a job needing two": (
+        (4, 2), (1, 2), 2, 4, None),
+    "a third term makes room": ((4, 2), (1, 2), 3, 4, ((2,), (0, 1))),
+    "largest first, then on the emptiest terms, latest first": (
+        (1, 2, 2), (2, 1, 1), 2, 4, ((0, 1), (1,), (0,))),
+    "small jobs share every term": ((1, 1, 2), (2, 2, 2), 2, 4, ((0, 1), (0, 1), (0, 1))),
+    "more terms than the segment has": ((1,), (3,), 2, 4, None),
+    "one term holds what fits in aggregate": ((2, 1, 1), (1, 1, 1), 1, 4, ((0,), (0,), (0,))),
+    "no terms wanted": ((4,), (0,), 3, 4, ((),)),
+}
+
+
+@pytest.mark.parametrize("case", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_lay_out_segment(case: tuple[tuple[int, ...], tuple[int, ...], int, int,
+                                     tuple[tuple[int, ...], ...] | None]) -> None:
+    gpus, counts, length, capacity, want = case
+    got = lay_out_segment(gpus, counts, length, capacity)
+    assert (None if got is None else tuple(tuple(t.tolist()) for t in got)) == want
+
+
+def test_a_selection_packed_only_in_aggregate_is_not_a_guarantee() -> None:
+    # job 0: 4 GPUs for one term, job 1: 2 GPUs for two, both in the segment [1, 3)
+    p = LeaseProblem((4, 2), (1, 2), (3, 3), 4)
+    sel = Selection((True, True), ((), ()), ((1,), (2,)), ((1, 3),), "test")
+    assert consistent(p, sel) and unlaid_segments(p, sel) == [0]
+    assert layout(p, sel) is None and not check_selection(p, sel)
+    with pytest.raises(ValueError, match="no per-term layout"):
+        unpack(p, sel)
+    laid = Selection((True, True), ((0,), ()), ((0,), (2,)), ((1, 3),), "test")
+    terms = layout(p, laid)
+    assert terms is not None and [t.tolist() for t in terms] == [[0], [1, 2]]
+    assert fits(p, laid.chosen, terms) and check_selection(p, laid)
+
+
+@pytest.mark.parametrize(("chosen", "terms", "ok"), [
+    ((True, True), ((0,), (1, 2)), True),
+    ((True, True), ((1,), (1, 2)), False),     # term 1 holds 6 GPUs
+    ((True, True), ((0,), (1, 1)), False),     # the same term twice
+    ((True, True), ((0,), (1, 3)), False),     # term 3 is past job 1's deadline
+    ((True, False), ((0,), ()), True),
+    ((True, False), ((0,), (1, 2)), False),    # a job left out holds terms
+    ((True, True), ((), (1, 2)), False),       # a chosen job short of terms
+])
+def test_fits_checks_the_exact_constraints(chosen: tuple[bool, ...],
+                                           terms: tuple[tuple[int, ...], ...],
+                                           ok: bool) -> None:
+    p = LeaseProblem((4, 2), (1, 2), (3, 3), 4)
+    assert fits(p, chosen, [np.array(t, dtype=np.int64) for t in terms]) is ok
+
+
+# A 4-GPU job for one term and a 2-GPU job for four, both in the 4-term segment [1, 5) of a
+# 4-GPU cluster: 4 + 2 × 4 ≤ 4 × 4 in aggregate, but the 2-GPU job needs every term.
+UNLAID = Selection((True, True), ((), ()), ((1,), (4,)), ((1, 5),), "fake")
+
+
+def _fake_milp(answers: list[Selection], seen: list[set[int]]) -> object:
+    """A MILP step that answers `answers` in turn (the last one again once they run out) and
+    records the cuts it was asked for."""
+    def answer(p: LeaseProblem, cuts: set[int]) -> Selection:
+        seen.append(set(cuts))
+        return answers[min(len(seen), len(answers)) - 1]
+    return answer
+
+
+@pytest.mark.parametrize(("answers", "method", "cuts", "refinements", "unlaid"), [
+    # cut at the segment's midpoint and solve again: the 4-GPU job moves to term 0
+    ([UNLAID, Selection((True, True), ((0,), ()), ((0, 0), (2, 2)), ((1, 3), (3, 5)),
+                        "fake")], "fake", [set(), {3}], 1, 0),
+    ([Selection((True, True), ((0,), ()), ((0,), (4,)), ((1, 5),), "fake")], "fake", [set()],
+     0, 0),
+    # never lays out: give up after max_refinements (2) and use the greedy
+    ([UNLAID], "greedy", [set(), {3}, {3}], 2, 1),
+])
+def test_select_refines_segments_that_do_not_lay_out(
+        answers: list[Selection], method: str, cuts: list[set[int]], refinements: int,
+        unlaid: int) -> None:
+    p = LeaseProblem((4, 2), (1, 4), (5, 5), 4)
+    solver = LeaseSolver(horizon=1, max_refinements=2)
+    seen: list[set[int]] = []
+    solver._milp = _fake_milp(answers, seen)  # type: ignore[method-assign]
+    sel = solver.select(p)
+    assert sel.method == method and check_selection(p, sel)
+    assert seen == cuts
+    assert (solver.stats.refined, solver.stats.refinements, solver.stats.unlaid) == (
+        int(refinements > 0 or unlaid > 0), refinements, unlaid)
+
+
+def test_a_solve_does_not_depend_on_the_one_before() -> None:
+    # cvxpy warm-starts HiGHS from the previous solution of a compiled problem by default;
+    # from this first problem's, HiGHS called a 4-job plan of the second one optimal (5 fit).
+    first = LeaseProblem((13, 16, 13, 13, 2), (6, 9, 8, 0, 0), (16, 20, 15, 1, 12), 16)
+    second = LeaseProblem((13, 16, 13, 13, 2), (0, 9, 8, 0, 0), (1, 20, 15, 1, 12), 16)
+    solver = LeaseSolver(horizon=21)
+    solver.select(first)
+    sel = solver.select(second)
+    assert sel == LeaseSolver(horizon=21).select(second) and all(sel.chosen)
 
 
 @pytest.mark.parametrize(("gpus", "required", "deadline", "capacity", "chosen", "terms"), [
