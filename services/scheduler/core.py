@@ -263,7 +263,9 @@ class SchedulerCore(CoreDefaults):
         """Take over `self.jobs` as rebuilt from the stream (`services.scheduler.recovery`):
         running jobs resume their estimates from when they launched (`launched`: job →
         (time, co-located group)), every active job not suspended goes to the policy in
-        admission order, and a cycle is requested."""
+        admission order, and a cycle is requested if there is anything to schedule (an empty
+        cycle would still count, and a live log replayed from its first submission would
+        number its cycles one short)."""
         for jid, rec in sorted(self.jobs.items(), key=lambda kv: kv[1].admitted):
             if rec.state is None or rec.state.terminal:
                 continue
@@ -276,7 +278,7 @@ class SchedulerCore(CoreDefaults):
                 self.policy.job_added(view)
                 if rec.state is JobState.RUNNING:
                     self.policy.job_running(view)
-        return self._request_cycle(now, "recovered")
+        return self._request_cycle(now, "recovered") if self._views else []
 
     @property
     def active(self) -> int:
