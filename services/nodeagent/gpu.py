@@ -74,7 +74,7 @@ class GpuBackend(Protocol):
 # -- NVML ------------------------------------------------------------------------------------
 def _import_pynvml() -> Any:
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError as exc:
         raise GpuBackendError(
             "NVML backend needs nvidia-ml-py: pip install 'loom-scheduler[gpu]'") from exc
@@ -157,7 +157,7 @@ def import_dcgm(path: str | None = None) -> Any:
     if where not in sys.path and Path(where).is_dir():
         sys.path.append(where)
     try:
-        import pydcgm  # type: ignore[import-not-found]
+        import pydcgm
     except ImportError as exc:
         raise GpuBackendError(f"DCGM bindings not found in {where} (pydcgm)") from exc
     return pydcgm
