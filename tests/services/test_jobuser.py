@@ -11,22 +11,26 @@ from pathlib import Path
 
 import pytest
 
-from services.nodeagent.jobuser import CAP_CHOWN, CAP_SETGID, CAP_SETUID, JobUser
+from services.nodeagent.jobuser import CAP_CHOWN, CAP_KILL, CAP_SETGID, CAP_SETUID, JobUser
 from services.nodeagent.supervisor import ProcessSpec, Supervisor
 
-ALL = 1 << CAP_CHOWN | 1 << CAP_SETGID | 1 << CAP_SETUID
+ALL = 1 << CAP_CHOWN | 1 << CAP_KILL | 1 << CAP_SETGID | 1 << CAP_SETUID
 can_switch = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 
 
-@pytest.mark.parametrize(("name", "caps", "error"), [
-    ("no-such-user-here", ALL, "--job-user 'no-such-user-here': no such user on this host"),
-    ("root", ALL, "--job-user 'root' is root: jobs must not run as root"),
-    ("nobody", 1 << CAP_SETUID | 1 << CAP_SETGID, "lacks CAP_CHOWN"),
-    ("nobody", 0, "lacks CAP_CHOWN, CAP_SETGID, CAP_SETUID"),
+@pytest.mark.parametrize(("name", "caps", "uid", "error"), [
+    ("no-such-user-here", ALL, 0,
+     "--job-user 'no-such-user-here': no such user on this host"),
+    ("root", ALL, 0, "--job-user 'root' is root: jobs must not run as root"),
+    # A non-root agent with the capabilities would hand them to the job: refused.
+    ("nobody", ALL, 999, "the node agent must run as root to start jobs as another user "
+                         r"\(it runs as uid 999\)"),
+    ("nobody", 1 << CAP_SETUID | 1 << CAP_SETGID, 0, "lacks CAP_CHOWN, CAP_KILL;"),
+    ("nobody", 0, 0, "lacks CAP_CHOWN, CAP_KILL, CAP_SETGID, CAP_SETUID"),
 ])
-def test_an_unusable_job_user_is_named(name: str, caps: int, error: str) -> None:
+def test_an_unusable_job_user_is_named(name: str, caps: int, uid: int, error: str) -> None:
     with pytest.raises(ValueError, match=error):
-        JobUser.lookup(name, capabilities=caps)
+        JobUser.lookup(name, capabilities=caps, agent_uid=uid)
 
 
 class Recorder:
@@ -60,10 +64,13 @@ async def test_a_job_runs_as_the_job_user_and_cannot_read_the_agents_secrets(
     user = JobUser.lookup("nobody")
     rec = Recorder()
     sup = Supervisor(rec.line, rec.exit, job_user=user)
-    script = f'id -u; echo "$HOME $USER"; cat {secret} 2>/dev/null || echo unreadable'
+    script = (f'id -u; echo "$HOME $USER"; cat {secret} 2>/dev/null || echo unreadable; '
+              "grep -E '^Cap(Eff|Prm|Amb)' /proc/self/status")
     await sup.launch(ProcessSpec("j", ["/bin/sh", "-c", script]))
     assert await sup.wait("j") == 0
-    assert rec.lines == [str(user.uid), f"{user.home} {user.name}", "unreadable"]
+    assert rec.lines[:3] == [str(user.uid), f"{user.home} {user.name}", "unreadable"]
+    # No privilege passed on: the job holds no capability at all.
+    assert [line.split()[1] for line in rec.lines[3:]] == ["0" * 16] * 3
 
 
 @can_switch
