@@ -44,6 +44,7 @@ from loom.sweep import Sweep, curves, run_sweep, write_csv, write_json
 from services.nodeagent.overhead import parse_overhead
 from services.placer.core import SCHEMES
 from services.runtime.logging import configure
+from services.runtime.nats_errors import NatsProblem
 from services.runtime.natsserver import NatsServerError
 from traces import TraceError, bundled_clusters, bundled_traces, load_throughputs
 from traces.elasticflow_generator import generate_elasticflow_jobs, write_elasticflow_trace
@@ -475,6 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TraceError, policies.UnknownPolicy, ValueError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
+    except NatsProblem as exc:  # refused login or permission, TLS failure, no server
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        return 3
     except Exception as exc:
         if not isinstance(exc, OSError | NatsServerError) and not _from_nats(exc):
             raise

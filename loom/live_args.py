@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,31 @@ URL_HELP = ("NATS server(s), comma-separated (default: $LOOM_NATS_URL, else the 
             "running here, else nats://127.0.0.1:4222)")
 
 
+class _DeprecatedAlias(argparse._StoreAction):
+    """Stores like --nats-url; given under an old name, says which one replaces it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if option_string is not None and option_string != self.option_strings[0]:
+            sys.stderr.write(f"warning: {option_string} is deprecated; use "
+                             f"{self.option_strings[0]}\n")
+        super().__call__(parser, namespace, values, option_string)
+
+
+def add_connection(parser: argparse.ArgumentParser, *, default: str | None,
+                   help: str = URL_HELP, aliases: tuple[str, ...] = ()) -> None:
+    """--nats-url and the credential and TLS flags: the same on every live command.
+    `aliases` are old names of --nats-url, kept working (CLI flags are a contract)."""
+    parser.add_argument("--nats-url", *aliases, dest="nats_url", action=_DeprecatedAlias,
+                        default=default,
+                        help=help + (f" ({', '.join(aliases)}: deprecated alias)"
+                                     if aliases else ""))
+    add_nats_auth(parser)
+
+
 def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     s = sub.add_parser("serve", help="run one service on a live cluster (its own process)")
     s.add_argument("service", choices=SERVICES)
-    s.add_argument("--nats-url", default=default_url(), help=URL_HELP)
     s.add_argument("--cluster", required=True, help="bundled name, CSV or JSON cluster spec")
     s.add_argument("--gpus-per-server", default="4", help="with GPU counts: GPUs per server")
     s.add_argument("--policy", default="fifo", help="scheduler: policy (default fifo)")
@@ -112,10 +134,9 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                        help="trainers also checkpoint every N iterations, so a job lost with "
                             "its node resumes from there (default 0: only when stopped)")
     s.add_argument("--log-level", default="info", help="log level (default info)")
-    add_nats_auth(s)
+    add_connection(s, default=default_url())
 
     u = sub.add_parser("up", help="start NATS, the control plane and local node agents")
-    u.add_argument("--nats-url", help="use this NATS server (default: start an embedded one)")
     where = u.add_mutually_exclusive_group(required=True)
     where.add_argument("--cluster", help="cluster spec whose nodes will join (no local agents)")
     where.add_argument("--local-nodes", type=int, help="run N node agents here")
@@ -133,10 +154,10 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                         "ones (time-scaled)")
     u.add_argument("--prometheus-port", type=int, default=9464,
                    help="Prometheus /metrics of the metrics service (default 9464; 0: off)")
-    add_nats_auth(u)
+    add_connection(u, default=None,
+                   help="use this NATS server (default: start an embedded one)")
 
     m = sub.add_parser("submit", help="submit a job to a live cluster; prints its id")
-    m.add_argument("--nats-url", default=default_url(), help=URL_HELP)
     m.add_argument("--model", required=True)
     m.add_argument("--gpus", type=int, required=True)
     m.add_argument("--iterations", type=int, required=True)
@@ -145,7 +166,7 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     m.add_argument("--deadline-in", type=positive, help="deadline, seconds from now")
     m.add_argument("--tenant", default="default")
     m.add_argument("--job-id", help="default: a new random id")
-    add_nats_auth(m)
+    add_connection(m, default=default_url())
     run = m.add_argument_group("your own command (docs/sdk.md)")
     run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                      help="extra environment for the command (repeatable)")
@@ -171,12 +192,10 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                                ("set-policy", "policy", "switch the scheduling policy now")):
         op = sub.add_parser(name, help=what)
         op.add_argument(target, help=f"the {target}")
-        op.add_argument("--nats-url", default=default_url(), help=URL_HELP)
         if name == "drain":
             op.add_argument("--undo", action="store_true", help="take new work again")
-        add_nats_auth(op)
+        add_connection(op, default=default_url())
 
     st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
-    st.add_argument("--nats-url", default=default_url(), help=URL_HELP)
     st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
-    add_nats_auth(st)
+    add_connection(st, default=default_url())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import getpass
 import json
 import secrets
@@ -26,12 +27,40 @@ from schemas.job import SubmitJob
 from schemas.tenants import load_tenants
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_auth import NatsAuth
-from services.runtime.nats_live import connect_once, ensure_stream
+from services.runtime.nats_live import ensure_stream, with_connection
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
 from traces import load_cluster, load_trace
 
 
+class PortInUse(ValueError):
+    """A port a command would bind is taken; the message names the flag that moves it."""
+
+
+def check_port(port: int, flag: str, addr: str = "127.0.0.1") -> None:
+    """Fail before anything starts if `port` cannot be bound on `addr`: the server started
+    later would die with "Address already in use" after the rest had come up."""
+    if not 0 < port < 65536:
+        raise ValueError(f"{flag} {port}: not a port (1-65535)")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(
+            addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise ValueError(f"{flag}: cannot resolve the address {addr!r} ({exc.strerror})") \
+            from None
+    with socket.socket(family, kind, proto) as probe:
+        # As the HTTP server binds: a port left in TIME_WAIT is free, a listener's is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(where)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(f"port {port} is in use: choose another with {flag}") from None
+            raise ValueError(f"{flag} {port}: cannot bind {addr} ({exc.strerror})") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.service == "metrics" and args.prometheus_port:
+        check_port(args.prometheus_port, "--prometheus-port", args.prometheus_addr)
     cluster = load_cluster(args.cluster, args.gpus_per_server)
     jobs = load_trace(args.trace).jobs if args.trace else ()
     if args.service == "injector" and not jobs:
@@ -59,25 +88,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    auth = NatsAuth.from_args(args)
+    tenants = _checked_tenants(args.tenants)
+    if args.local_nodes is not None and (args.local_nodes < 1 or args.gpus_per_node < 1):
+        raise ValueError("--local-nodes and --gpus-per-node must be at least 1")
+    cluster = (ClusterSpec.uniform(1, args.local_nodes, args.gpus_per_node,
+                                   gpu_type=args.gpu_type)
+               if args.local_nodes is not None else load_cluster(args.cluster))
+    # What `up` would bind, and the server it would use, checked before anything starts (an
+    # embedded nats-server takes a port found free; no flag sets it).
+    if args.prometheus_port:
+        check_port(args.prometheus_port, "--prometheus-port")
+    if args.nats_url is not None:
+        asyncio.run(with_connection(args.nats_url, auth, _connected))
     with tempfile.TemporaryDirectory(prefix="loom-up-") as tmp:
+        cluster_arg = args.cluster
         if args.local_nodes is not None:
-            if args.local_nodes < 1 or args.gpus_per_node < 1:
-                raise ValueError("--local-nodes and --gpus-per-node must be at least 1")
-            cluster = ClusterSpec.uniform(1, args.local_nodes, args.gpus_per_node,
-                                          gpu_type=args.gpu_type)
             spec = Path(tmp) / "local-cluster.json"
             spec.write_text(cluster.model_dump_json())
             cluster_arg = str(spec)
-        else:
-            cluster, cluster_arg = load_cluster(args.cluster), args.cluster
         opts = UpOptions(cluster, cluster_arg, nats_url=args.nats_url, policy=args.policy,
                          round_s=args.round_s, overhead=args.overhead,
                          time_scale=args.time_scale, local_nodes=args.local_nodes is not None,
                          log_level=args.log_level, prometheus_port=args.prometheus_port or None,
                          trainers=args.trainers, gpus_per_node=args.gpus_per_node,
-                         state_dir=Path(tmp), auth=NatsAuth.from_args(args),
-                         tenants=_checked_tenants(args.tenants))
+                         state_dir=Path(tmp), auth=auth, tenants=tenants)
         return asyncio.run(up(opts))
+
+
+async def _connected(_: Any) -> None:
+    """Nothing to do: connecting (and logging in) was the check."""
 
 
 def _checked_tenants(path: str | None) -> str | None:
@@ -108,8 +148,8 @@ async def _submit(args: argparse.Namespace, job_id: str) -> str:
     elif args.env or args.cwd or args.progress_regex:
         raise ValueError("--env, --cwd and --progress-regex need --command")
     SubmitJob.model_validate(body)  # a bad job is refused here, not dead-lettered there
-    nc = await connect_once(args.nats_url, **NatsAuth.from_args(args).connect_kwargs())
-    try:
+
+    async def send(nc: Any) -> str:
         if args.deadline_in is not None:
             state = await _state(nc)
             body["deadline_s"] = state["now"] + args.deadline_in
@@ -120,8 +160,8 @@ async def _submit(args: argparse.Namespace, job_id: str) -> str:
         await js.publish(subjects.JOB_SUBMIT, json.dumps(body).encode(),
                          headers={MSG_ID: f"submit.{job_id}"})
         return job_id
-    finally:
-        await nc.close()
+
+    return await with_connection(args.nats_url, NatsAuth.from_args(args), send)
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -151,8 +191,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 async def _operate(url: str, command: str, job: str | None, node: str | None,
                    policy: str | None, auth: NatsAuth | None = None) -> str:
     """Check the target against the scheduler's state, send the command, await its effect."""
-    nc = await connect_once(url, **(auth or NatsAuth()).connect_kwargs())
-    try:
+    async def operate(nc: Any) -> str:
         state = await _state(nc)
         jobs = {j["job_id"]: j for j in state["jobs"]}
         if job is not None and (job not in jobs or jobs[job]["state"] in TERMINAL):
@@ -174,8 +213,8 @@ async def _operate(url: str, command: str, job: str | None, node: str | None,
                 return f"{command} {job or node or policy}: done"
             await asyncio.sleep(0.2)
         return f"{command} {job or node or policy}: sent (not confirmed yet; see loom status)"
-    finally:
-        await nc.close()
+
+    return await with_connection(url, auth, operate)
 
 
 TERMINAL = ("finished", "failed", "rejected")
@@ -213,11 +252,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 async def _status(url: str, auth: NatsAuth | None = None) -> dict[str, Any]:
-    nc = await connect_once(url, **(auth or NatsAuth()).connect_kwargs())
-    try:
-        return await _state(nc)
-    finally:
-        await nc.close()
+    return await with_connection(url, auth, _state)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -252,7 +252,8 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
     clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
                       origin=opts.origin)
     control = await NatsLiveBus.connect(opts.nats_url, service=f"scheduler-{opts.replica}",
-                                        now=clock.now, replicas=opts.stream_replicas)
+                                        now=clock.now, replicas=opts.stream_replicas,
+                                        auth=opts.auth)
     store = await LeaseStore.open(control.js, replicas=opts.stream_replicas)
     leading: list[SchedulerCore] = []
 
@@ -261,7 +262,7 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
         assert isinstance(core, SchedulerCore)
         core.term = term
         bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
-                                        replicas=opts.stream_replicas)
+                                        replicas=opts.stream_replicas, auth=opts.auth)
         run_id = f"{core.name}.t{term}.{opts.replica}.{secrets.token_hex(3)}"
         shell = FencedShell(core, bus, clock, run_id=run_id, leading=valid)
         try:

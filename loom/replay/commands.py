@@ -15,13 +15,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from loom.eventlog import RunInfo, read_log, running_versions, versions_note
-from loom.live_args import default_url
+from loom.live_args import add_connection, default_url
 from loom.replay.cores import fresh_cores
 from loom.replay.engine import check_digest, check_payloads, replay
 from loom.replay.whatif import arrivals, comparison_rows, recorded_summary, what_if
 from loom.runs import RunSpec
 from loom.simulate import SimConfig
 from schemas import subjects
+from services.runtime.nats_auth import NatsAuth
 from traces import load_cluster
 
 out = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
@@ -73,7 +74,7 @@ def add_commands(sub: Any, positive: Callable[[str], float],
                                    "configured: give --policy, --cluster and the rest as the "
                                    "scheduler ran, so the log can be replayed.")
     ex.add_argument("--out", type=Path, required=True, help="file to write (.gz: gzipped)")
-    ex.add_argument("--url", default=default_url(), help="NATS server(s)")
+    add_connection(ex, default=default_url(), aliases=("--url",))
     ex.add_argument("--stream", default=subjects.STREAM, help="stream (default LOOM)")
     ex.add_argument("--policy", help="the scheduler's policy (for replay)")
     ex.add_argument("--cluster", help="the cluster spec the services ran with (for replay)")
@@ -133,7 +134,8 @@ def cmd_log(args: argparse.Namespace) -> int:
                   round_s=args.round_s, trace=f"stream {args.stream}", run_id="live")
     from loom.replay.export import export_stream  # the NATS client: only to export
 
-    n = asyncio.run(export_stream(args.url, args.stream, args.out, run))
+    n = asyncio.run(export_stream(args.nats_url, args.stream, args.out, run,
+                                  auth=NatsAuth.from_args(args)))
     out.print(f"wrote {args.out}: {n:,} messages from stream {args.stream}")
     return 0
 

@@ -9,7 +9,6 @@ what the operator says the scheduler ran with: a live stream does not record its
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from loom.eventlog import EventLogWriter, RunInfo
 from schemas.codec import decode
 from services.runtime.bus import MSG_ID
-from services.runtime.nats_live import connect_once
+from services.runtime.nats_auth import NatsAuth
+from services.runtime.nats_live import with_connection
 
 NEXT_TIMEOUT_S = 5.0
 
@@ -33,9 +33,13 @@ def _time(data: bytes, stored: Any, previous: float | None) -> float:
 
 
 async def export_stream(url: str, stream: str, out: Path, run: RunInfo,
-                        prefix: str = "") -> int:
-    """Write every message of `stream` to `out`; returns how many."""
-    nc = await connect_once(url)
+                        prefix: str = "", auth: NatsAuth | None = None) -> int:
+    """Write every message of `stream` to `out`; returns how many. `auth`: credentials and
+    TLS files (reading a stream needs a user that may create consumers on it)."""
+    return await with_connection(url, auth, lambda nc: _export(nc, stream, out, run, prefix))
+
+
+async def _export(nc: Any, stream: str, out: Path, run: RunInfo, prefix: str) -> int:
     writer: EventLogWriter | None = None
     done = False
     try:
@@ -65,4 +69,3 @@ async def export_stream(url: str, stream: str, out: Path, run: RunInfo,
     finally:
         if writer is not None:
             writer.close(None, complete=done)
-        await asyncio.wait_for(nc.drain(), timeout=10)

@@ -1,9 +1,10 @@
 """How a Loom process proves who it is to NATS, and how it checks the server: credentials and TLS.
 
-Every live entry point (`loom serve`, `loom up`, `loom submit`, `status`, operator commands)
-takes the same options, from flags or, so that secrets stay out of `ps`, from environment
-variables (a flag wins). The server decides what each identity may publish and subscribe to
-(deploy/nats/auth.conf); this module only presents the identity.
+Every live entry point (`loom serve`, `loom up`, `loom submit`, `status`, operator commands,
+`loom log export`) takes the same options, from flags or, so that secrets stay out of `ps`,
+from environment variables (a flag wins). The server decides what each identity may publish
+and subscribe to (deploy/nats/auth.conf); this module only presents the identity, and
+`services.runtime.nats_errors` tells apart what the server answers.
 """
 
 from __future__ import annotations

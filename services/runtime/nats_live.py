@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
@@ -43,6 +43,7 @@ from services.runtime.bus import (
 )
 from services.runtime.logging import get_logger
 from services.runtime.nats_auth import NatsAuth
+from services.runtime.nats_errors import ErrorWatch, describe
 from services.runtime.service import RetryLater
 
 DUPLICATE_WINDOW_S = 600.0
@@ -61,6 +62,7 @@ RETRY_DELAY_S = 0.5  # a failed handler's message comes back after this × its d
 RETRY_LATER_S = 2 * ACK_WAIT_S
 
 _log = get_logger("loom.bus")
+T = TypeVar("T")
 
 
 def consumer_name(service: str, subject: str) -> str:
@@ -93,16 +95,44 @@ def server_list(url: str) -> list[str]:
     return servers
 
 
-async def connect_once(url: str, **kwargs: Any) -> Any:
-    """A client for a one-shot command (`loom submit`, `status`, ...): each server is tried
-    twice, then the last error is raised for the command to report, with no traceback per
-    attempt. (nats-py's `max_reconnect_attempts=0` would retry for ever.)"""
-    async def quiet(_: Exception) -> None:
-        return None
+CONNECT_TIMEOUT_S = 5.0
+# A service's first connect tries each server this many more times (0.5 s apart) before it
+# gives up (systemd and compose restart it); once connected it reconnects for ever.
+SERVICE_CONNECT_RETRIES = 10
 
-    return await nats.connect(servers=server_list(url), connect_timeout=5,
-                              max_reconnect_attempts=1, reconnect_time_wait=0.5,
-                              error_cb=quiet, **kwargs)
+
+async def connect_once(url: str, auth: NatsAuth | None = None, *,
+                       watch: ErrorWatch | None = None, retries: int = 1,
+                       **kwargs: Any) -> Any:
+    """A client, or a `NatsProblem` naming why not: a refused login, a TLS failure, or no
+    server at `url` (each server is tried 1 + `retries` times, without a traceback per
+    attempt; nats-py's `max_reconnect_attempts=0` would retry for ever). `watch` hears the
+    connection's errors afterwards (see `with_connection`)."""
+    auth = auth or NatsAuth()
+    watch = watch or ErrorWatch(url, auth)
+    servers = server_list(url)
+    connect_kwargs = {**auth.connect_kwargs(), **kwargs}
+
+    def start(error_cb: Any) -> Any:
+        return nats.connect(servers=servers, connect_timeout=CONNECT_TIMEOUT_S,
+                            max_reconnect_attempts=retries, reconnect_time_wait=0.5,
+                            error_cb=error_cb, **connect_kwargs)
+
+    return await watch.connect(start)
+
+
+async def with_connection(url: str, auth: NatsAuth | None,
+                          work: Callable[[Any], Awaitable[T]]) -> T:
+    """Connect (`connect_once`), run `work(client)`, close: the one way a one-shot command
+    (`loom submit`, `status`, operator commands, `loom log export`) talks to NATS. A publish
+    or subscription the server refuses meanwhile fails the work at once, naming the subject,
+    instead of the request that waits on it timing out."""
+    watch = ErrorWatch(url, auth)
+    nc = await connect_once(url, auth, watch=watch)
+    try:
+        return await watch.guard(work(nc))
+    finally:
+        await nc.close()
 
 
 class NatsLiveBus:
@@ -128,17 +158,27 @@ class NatsLiveBus:
                       stream: str = subjects.STREAM, prefix: str = "",
                       replicas: int = 1, auth: NatsAuth | None = None) -> NatsLiveBus:
         """`url` may list several servers of a NATS cluster, comma-separated; `auth` the
-        credentials and TLS files to connect with."""
+        credentials and TLS files to connect with. A refused login or TLS failure fails at
+        once and an absent server after SERVICE_CONNECT_RETRIES tries, as a `NatsProblem`
+        naming the cause; once connected, the client reconnects for ever."""
         async def error(exc: Exception) -> None:
-            _log.warning("nats client error", service=service,
-                         error=f"{type(exc).__name__}: {exc}")
+            fields = describe(exc)
+            if "permission_denied" in fields:  # the server dropped it: this role lacks a right
+                _log.error("nats permission denied", service=service, **fields)
+            else:
+                _log.warning("nats client error", service=service, **fields)
 
-        nc = await nats.connect(servers=server_list(url), name=f"loom-{service}",
-                                error_cb=error, max_reconnect_attempts=-1,
-                                reconnect_time_wait=0.5,
-                                **(auth or NatsAuth()).connect_kwargs())
+        watch = ErrorWatch(url, auth, then=error)
+        nc = await connect_once(url, auth, watch=watch, retries=SERVICE_CONNECT_RETRIES,
+                                name=f"loom-{service}")
+        # The first connect gave up on a wrong URL; a server restart later is waited out.
+        nc.options["max_reconnect_attempts"] = -1
         bus = cls(nc, service=service, now=now, stream=stream, prefix=prefix)
-        await ensure_stream(bus.js, stream, prefix, replicas)
+        try:  # a role without the stream's rights is named now, not after a 5 s timeout
+            await watch.guard(ensure_stream(bus.js, stream, prefix, replicas))
+        except BaseException:
+            await nc.close()
+            raise
         return bus
 
     async def publish(self, subject: str, env: Envelope) -> bool:

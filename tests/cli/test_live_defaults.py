@@ -54,10 +54,25 @@ def test_an_unreachable_server_is_an_error_naming_it_not_endless_retries(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     url = f"nats://127.0.0.1:{closed_port()}"
-    flag = "--url" if argv[0] == "log" else "--nats-url"
-    assert main([*argv, flag, url]) == 3
+    assert main([*argv, "--nats-url", url]) == 3
     err = capsys.readouterr().err
-    assert f"NATS at {url}" in err and "Traceback" not in err
+    assert f"no server at {url}: connection refused" in err and "Traceback" not in err
+
+
+def test_log_export_finds_nats_as_the_other_live_commands_do(
+        runtime_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`loom log export` defaults to the `loom up` running here, and its old `--url` still
+    works (CLI flags are a contract), with a warning naming --nats-url."""
+    url_file().parent.mkdir(parents=True)
+    url_file().write_text("nats://127.0.0.1:40123\n")
+    export = ["log", "export", "--out", "run.eventlog.gz"]
+    assert build_parser().parse_args(export).nats_url == "nats://127.0.0.1:40123"
+    assert capsys.readouterr().err == ""
+    args = build_parser().parse_args([*export, "--url", "nats://a:1,nats://b:2"])
+    assert args.nats_url == "nats://a:1,nats://b:2"
+    assert capsys.readouterr().err == "warning: --url is deprecated; use --nats-url\n"
+    args = build_parser().parse_args([*export, "--nats-url", "nats://c:3", "--nats-user", "u"])
+    assert (args.nats_url, args.nats_user) == ("nats://c:3", "u")
 
 
 def test_every_live_command_the_parser_knows_has_its_handler() -> None:

@@ -415,7 +415,8 @@ def test_inconsistent_options_are_named(argv: list[str], error: str, tls: Tls) -
 @pytest.mark.parametrize(("argv"), [
     ["serve", "scheduler", "--cluster", "n1g4"], ["up", "--local-nodes", "1"],
     ["submit", "--model", "m", "--gpus", "1", "--iterations", "1"], ["status"],
-    ["cancel", "j"], ["drain", "n0"], ["set-policy", "fifo"]], ids=lambda a: a[0])
+    ["cancel", "j"], ["drain", "n0"], ["set-policy", "fifo"],
+    ["log", "export", "--out", "x"]], ids=lambda a: "-".join(a[:2]) if a[0] == "log" else a[0])
 def test_every_live_command_takes_the_credential_flags(argv: list[str], tls: Tls) -> None:
     from loom.cli import build_parser
     args = build_parser().parse_args([*argv, "--nats-user", "u", "--nats-tls-ca", str(tls.ca)])
@@ -461,3 +462,193 @@ async def test_an_nkey_user_logs_in_with_its_seed_file(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# -- what a client is told when the server says no ---------------------------------------------
+# One line on stderr naming the cause, exit status 3 (the CLI's status for NATS failures), no
+# traceback, and soon. Before: a wrong password read "no servers available", as if no server
+# ran; a refused subject "nats: timeout" after 5 s; a certificate the client does not trust
+# hung the connect for good (nats-io/nats.py#718); `loom serve` retried a refused login for
+# ever; and `loom log export` took no credentials at all.
+FLAGS = {"user": "--nats-user", "password": "--nats-password", "tls_ca": "--nats-tls-ca",
+         "tls_cert": "--nats-tls-cert", "tls_key": "--nats-tls-key"}
+
+
+def flags(auth: NatsAuth) -> list[str]:
+    return [arg for name, flag in FLAGS.items() if getattr(auth, name) is not None
+            for arg in (flag, str(getattr(auth, name)))]
+
+
+def run_loom(argv: list[str], env: dict[str, str], cwd: Path,
+             timeout: float = 30.0) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`loom ARGV` as a process (a hang fails the test instead of stalling the suite), the
+    credentials in its environment only, `cwd` as its XDG_RUNTIME_DIR too."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_NATS")}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "loom.cli", *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd,
+                          env={**clean, **env, "XDG_RUNTIME_DIR": str(cwd),
+                               "PYTHONPATH": str(REPO)})
+    return done, time.monotonic() - start
+
+
+LIVE_COMMANDS = {
+    "status": ["status"],
+    "submit": ["submit", "--model", "m", "--gpus", "1", "--iterations", "5"],
+    "cancel": ["cancel", "job-1"],
+    "set-policy": ["set-policy", "srtf"],
+    "log-export": ["log", "export", "--out", "run.eventlog.gz"],
+    "serve": ["serve", "scheduler", "--cluster", "n1g4"],
+    "up": ["up", "--local-nodes", "1", "--trainers", "simulated", "--prometheus-port", "0"],
+}
+
+
+@pytest.mark.parametrize("server", ["auth.conf"], indirect=True)  # tls.conf: same accounts
+@pytest.mark.parametrize("command", list(LIVE_COMMANDS))
+def test_a_wrong_password_is_named_by_every_live_command(
+        server: Server, tls: Tls, command: str, tmp_path: Path) -> None:
+    env = as_user("scheduler", server, tls, pw="guess").to_env()
+    done, took = run_loom([*LIVE_COMMANDS[command], "--nats-url", server.url], env, tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == (f"error: authorization violation at {server.url}: the server "
+                           'refused user "scheduler": wrong password, or no such user '
+                           "(--nats-user, LOOM_NATS_PASSWORD)\n")
+    assert done.stdout == "" and took < 10, took  # `loom up` started nothing
+
+
+@pytest.mark.parametrize("server", ["auth.conf"], indirect=True)
+@pytest.mark.parametrize(("env", "error"), [
+    ({}, "the server requires a login and none was given"),
+    ({"LOOM_NATS_USER": "submitter"}, 'the server refused user "submitter": no password given'),
+], ids=["no-login", "no-password"])
+def test_a_missing_login_is_named(server: Server, env: dict[str, str], error: str,
+                                  tmp_path: Path) -> None:
+    done, _ = run_loom(["status", "--nats-url", server.url], env, tmp_path)
+    assert done.returncode == 3
+    assert done.stderr.startswith(f"error: authorization violation at {server.url}: {error}"), \
+        done.stderr
+
+
+@pytest.mark.parametrize("server", ["tls.conf"], indirect=True)
+@pytest.mark.parametrize(("command", "files", "error"), [
+    ("status", {}, "the server's certificate is not trusted"),  # the system CAs do not know it
+    ("serve", {}, "the server's certificate is not trusted"),
+    ("status", {"tls_ca": "client_cert"}, "the server's certificate is not trusted"),
+    ("status", {"tls_ca": "ca"}, "the server requires a client certificate: give "
+                                 "--nats-tls-cert and --nats-tls-key"),
+], ids=["no-ca", "serve-no-ca", "wrong-ca", "no-client-certificate"])
+def test_a_tls_failure_is_named(server: Server, tls: Tls, command: str, files: dict[str, str],
+                                error: str, tmp_path: Path) -> None:
+    auth = NatsAuth(user="submitter", password=password("submitter"),
+                    **{name: str(getattr(tls, attr)) for name, attr in files.items()})
+    done, took = run_loom([*LIVE_COMMANDS[command], "--nats-url", server.url], auth.to_env(),
+                          tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith(f"error: TLS failure with {server.url}: {error}"), done.stderr
+    assert "Traceback" not in done.stderr and took < 10, took
+
+
+@pytest.mark.parametrize("cut", [BrokenPipeError(32, "Broken pipe"),
+                                 ConnectionResetError("Connection lost")], ids=repr)
+def test_a_hang_up_after_the_tls_handshake_reads_as_the_missing_certificate(
+        cut: OSError) -> None:
+    """Under TLS 1.3 the server judges the client certificate after the client's side of the
+    handshake: the client hears the alert, or writes into the closed socket first (a race)."""
+    from services.runtime.nats_errors import NatsNoServerError, explain
+
+    url = "tls://nats.example:4222"
+    no_cert = explain(url, NatsAuth(user="u", tls_ca="ca.pem"), Exception(), [cut])
+    assert str(no_cert).startswith(f"TLS failure with {url}: the server requires a client "
+                                   "certificate"), no_cert
+    refused = explain(url, NatsAuth(tls_ca="ca.pem", tls_cert="c.pem", tls_key="c.key"),
+                      Exception(), [cut])
+    assert "check the client certificate" in str(refused)
+    assert not isinstance(explain("nats://h:4222", NatsAuth(), Exception(), [cut]),
+                          NatsNoServerError | type(None))
+
+
+@pytest.mark.parametrize(("reported", "subject"), [
+    ("loom.ops.command", "loom.ops.command"),
+    ("$js.api.stream.create.loom", "$JS.API.STREAM.CREATE.LOOM"),
+    ("$js.api.consumer.create.loom.abc123.loom.jobs.transition",
+     "$JS.API.CONSUMER.CREATE.LOOM.abc123.loom.jobs.transition"),
+    ("_inbox.xyz.*", "_INBOX.xyz.*"),
+])
+def test_the_refused_subject_is_named_in_its_own_case(reported: str, subject: str) -> None:
+    """nats-py lower-cases the server's error line; system subjects get their case back."""
+    from services.runtime.nats_errors import permission
+
+    assert permission(Exception(f'nats: permissions violation for publish to "{reported}"')) \
+        == ("publish", subject)
+
+
+@pytest.mark.parametrize("server", ["auth.conf"], indirect=True)
+@pytest.mark.parametrize(("user", "argv", "subject"), [
+    ("submitter", ["cancel", "denied-1"], "loom.ops.command"),
+    ("node-n0", ["status"], "loomctl.scheduler.state"),
+    ("submitter", ["log", "export", "--out", "x.eventlog"], "$JS.API.CONSUMER.CREATE.LOOM"),
+], ids=["submitter-cancels", "node-agent-asks-status", "submitter-exports"])
+async def test_a_refused_subject_is_named_at_once(
+        server: Server, tls: Tls, user: str, argv: list[str], subject: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The server refuses a publish asynchronously (nats-py's error callback): the command
+    fails as soon as it hears of it, naming the subject, instead of timing out."""
+    from loom.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    admin = await connect("admin", server, tls)
+    await admin.jetstream().add_stream(name=subjects.STREAM, subjects=["loom.>"])
+    stop = asyncio.Event()
+    scheduler = asyncio.create_task(serve(cluster_opts("scheduler", server, tls), stop))
+    try:
+        for _ in range(200):
+            if await ping(admin, 0.05) == ["scheduler"]:
+                break
+        submit = ["submit", "--nats-url", server.url, "--model", "m", "--gpus", "1",
+                  "--iterations", "5", "--job-id", "denied-1",
+                  *flags(as_user("submitter", server, tls))]
+        assert await asyncio.to_thread(main, submit) == 0
+        for _ in range(200):  # the job is known (and pending: no node runs it)
+            reply = await admin.request(control_subject("scheduler"), b"", timeout=5)
+            if any(j["job_id"] == "denied-1" for j in json.loads(reply.data)["jobs"]):
+                break
+            await asyncio.sleep(0.02)
+        capsys.readouterr()
+        start = time.monotonic()
+        rc = await asyncio.to_thread(main, [*argv, "--nats-url", server.url,
+                                            *flags(as_user(user, server, tls))])
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        await scheduler
+        await admin.close()
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    assert err.startswith(f'error: permission denied at {server.url}: user "{user}" may not '
+                          f'publish to "{subject}'), err
+    assert took < 2.0, took  # a request waits 5 s for a reply before it times out
+
+
+async def test_log_export_reads_a_secured_stream_with_credentials(
+        server: Server, tls: Tls, tmp_path: Path) -> None:
+    from loom.cli import main
+    from loom.eventlog import read_log
+
+    admin = await connect("admin", server, tls)
+    try:
+        js = admin.jetstream()
+        await js.add_stream(name=subjects.STREAM, subjects=["loom.>"])
+        for n in range(3):
+            await js.publish(subjects.JOB_SUBMIT, json.dumps(
+                {"model": "m", "gpus": 1, "iterations": n + 1, "iteration_time_s": 1}).encode())
+    finally:
+        await admin.close()
+    out = tmp_path / "secured.eventlog.gz"
+    rc = await asyncio.to_thread(main, ["log", "export", "--out", str(out), "--nats-url",
+                                        server.url, *flags(as_user("admin", server, tls))])
+    assert rc == 0
+    log = read_log(out)
+    assert [r.subject for r in log.records] == [subjects.JOB_SUBMIT] * 3
+    assert [json.loads(r.data)["iterations"] for r in log.records] == [1, 2, 3]
+    assert server.violations() == []
