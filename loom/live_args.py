@@ -106,6 +106,10 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     agent.add_argument("--checkpoint-root", type=Path, default=Path("/var/lib/loom/checkpoints"),
                        help="trainers' checkpoints, one directory per job; shared by all "
                             "nodes (default /var/lib/loom/checkpoints)")
+    agent.add_argument("--job-user", metavar="USER",
+                       help="start trainers as this unprivileged user, which cannot read the "
+                            "agent's credentials or files (the agent must run as root; see "
+                            "docs/security.md)")
     agent.add_argument("--grace-s", type=positive, default=30.0,
                        help="seconds a stopped trainer gets to checkpoint (default 30)")
     agent.add_argument("--fast-forward", type=int, default=0, metavar="K",
@@ -117,6 +121,10 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     faults.add_argument("--node-misses", type=int, default=3, metavar="N",
                         help="a node that misses N heartbeats is lost: its jobs are requeued "
                              "(default 3)")
+    faults.add_argument("--launch-timeout-s", type=float, default=120.0, metavar="S",
+                        help="a launched job its node has not shown started within S seconds "
+                             "frees its GPUs and counts as a failed attempt (0: never; "
+                             "default 120)")
     faults.add_argument("--retry-attempts", type=int, default=3, metavar="N",
                         help="a job fails for good at its trainer's Nth failure (default 3)")
     faults.add_argument("--retry-base-s", type=float, default=10.0,

@@ -81,3 +81,16 @@ def test_the_checkpoint_directory_is_handed_to_the_job_user(tmp_path: Path) -> N
     user.hand_over(ckpt)
     info = ckpt.stat()
     assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (user.uid, user.gid, 0o700)
+
+
+def test_loom_serve_names_an_unusable_job_user_before_connecting() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "loom.cli", "serve", "nodeagent", "--cluster", "n1g4",
+         "--node", "n0", "--fake-gpus", "4", "--job-user", "no-such-user-here",
+         "--nats-url", "nats://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--job-user 'no-such-user-here': no such user on this host" in done.stderr
+    assert "Traceback" not in done.stderr
