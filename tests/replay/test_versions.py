@@ -12,7 +12,6 @@ import pytest
 from loom.cli import main
 from loom.eventlog import (
     DECISION_LIBRARIES,
-    EventLog,
     EventLogError,
     read_log,
     running_versions,
@@ -20,9 +19,7 @@ from loom.eventlog import (
     versions_note,
     write_log,
 )
-from loom.replay.engine import recorded_envelope
-from schemas.codec import encode
-from schemas.events import JobTransition
+from tests.replay.forging import forge_first_transition
 
 LOGS = Path(__file__).resolve().parents[2] / "traces" / "logs"
 HEADER = {"format": "loom-eventlog", "version": 1, "source": "sim",
@@ -35,18 +32,6 @@ def _sim(tmp_path: Path) -> tuple[Path, dict[str, object]]:
     assert main(["sim", "--trace", "tiresias/60_job", "--cluster", "muri/testbed/n1g8",
                  "--policy", "srsf", "--out", str(tmp_path / "out"), "--log", str(log)]) == 0
     return log, json.loads((tmp_path / "out" / "summary.json").read_text())
-
-
-def _forged(log: EventLog) -> EventLog:
-    """`log` with its first scheduler transition edited: replay diverges there."""
-    i = next(i for i, r in enumerate(log.records)
-             if (e := recorded_envelope(r)) is not None and isinstance(e.body, JobTransition))
-    env = recorded_envelope(log.records[i])
-    assert env is not None
-    forged = dataclasses.replace(env, body=env.body.model_copy(update={"job_id": "forged"}))
-    records = list(log.records)
-    records[i] = dataclasses.replace(records[i], data=encode(forged))
-    return dataclasses.replace(log, records=records)
 
 
 def test_running_versions_name_python_loom_and_the_decision_libraries() -> None:
@@ -100,7 +85,8 @@ def test_a_divergence_names_the_versions_that_differ(
     log = read_log(path)
     running = running_versions()
     older = {**running, "highspy": "1.11.0", "clarabel": "0.9.0"}
-    write_log(dataclasses.replace(_forged(log), versions=older), tmp_path / "old.eventlog.gz")
+    forged = forge_first_transition(log)[0]
+    write_log(dataclasses.replace(forged, versions=older), tmp_path / "old.eventlog.gz")
     capsys.readouterr()
     assert main(["replay", str(tmp_path / "old.eventlog.gz")]) == 1
     text = capsys.readouterr().out
@@ -114,7 +100,7 @@ def test_a_divergence_names_the_versions_that_differ(
 def test_a_divergence_with_the_same_or_unknown_versions_says_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path, _ = _sim(tmp_path)
-    forged = _forged(read_log(path))
+    forged = forge_first_transition(read_log(path))[0]
     write_log(forged, tmp_path / "same.eventlog.gz")
     write_log(dataclasses.replace(forged, versions=None), tmp_path / "unknown.eventlog.gz")
     capsys.readouterr()

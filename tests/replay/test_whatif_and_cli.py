@@ -13,16 +13,15 @@ import pytest
 from loom.cli import main
 from loom.eventlog import read_log, write_log
 from loom.replay.cores import fresh_cores
-from loom.replay.engine import recorded_envelope, replay
+from loom.replay.engine import replay
 from loom.replay.whatif import arrivals, comparison_rows, recorded_summary, what_if
 from loom.runs import RunSpec
 from loom.simulate import run_simulation
 from schemas import subjects
-from schemas.codec import encode
-from schemas.events import JobTransition
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_live import ensure_stream
 from services.runtime.natsserver import EmbeddedNats
+from tests.replay.forging import forge_first_transition
 
 LOGS = Path(__file__).resolve().parents[2] / "traces" / "logs"
 TIRESIAS_LOG = LOGS / "tiresias-60job.eventlog.gz"  # tiresias/60_job on muri/testbed/n1g8
@@ -74,18 +73,11 @@ def test_sim_log_then_replay_ok_and_altered_exit_1(
     text = capsys.readouterr().out
     assert text.startswith("OK ") and f"decision_digest {digest}" in text
 
-    log = read_log(log_path)
-    i = next(i for i, r in enumerate(log.records)
-             if (e := recorded_envelope(r)) is not None and isinstance(e.body, JobTransition))
-    env = recorded_envelope(log.records[i])
-    assert env is not None
-    forged = dataclasses.replace(env, body=env.body.model_copy(update={"job_id": "forged"}))
-    records = list(log.records)
-    records[i] = dataclasses.replace(records[i], data=encode(forged))
-    write_log(dataclasses.replace(log, records=records), tmp_path / "forged.eventlog.gz")
+    forged, index = forge_first_transition(read_log(log_path))
+    write_log(forged, tmp_path / "forged.eventlog.gz")
     assert main(["replay", str(tmp_path / "forged.eventlog.gz")]) == 1
     text = capsys.readouterr().out
-    assert f"DIVERGED: scheduler decision 1 at record {records[i].index}" in text
+    assert f"DIVERGED: scheduler decision 1 at record {index}" in text
     assert "job_id: 'forged' recorded" in text
 
 
