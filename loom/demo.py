@@ -23,8 +23,8 @@ import nats
 from rich.console import Console
 from rich.table import Table
 
-from loom.eventlog import running_versions
 from loom.serve import UpOptions, control_subject, up
+from loom.versions import running_versions
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode

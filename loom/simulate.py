@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Literal
 
 import policies
-from loom.eventlog import EventLogWriter, RunInfo, running_versions
+from loom.eventlog import EventLogWriter, RunInfo
+from loom.versions import running_versions
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
 from schemas.tenants import TenantsConfig

@@ -14,13 +14,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from loom.eventlog import RunInfo, read_log, running_versions, versions_note
+from loom.eventlog import RunInfo, read_log
 from loom.live_args import add_connection, default_url
 from loom.replay.cores import fresh_cores
 from loom.replay.engine import check_digest, check_payloads, replay
 from loom.replay.whatif import arrivals, comparison_rows, recorded_summary, what_if
 from loom.runs import RunSpec
 from loom.simulate import SimConfig
+from loom.versions import running_versions, versions_note
 from schemas import subjects
 from services.runtime.nats_auth import NatsAuth
 from traces import load_cluster

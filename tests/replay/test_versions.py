@@ -10,15 +10,8 @@ import msgpack
 import pytest
 
 from loom.cli import main
-from loom.eventlog import (
-    DECISION_LIBRARIES,
-    EventLogError,
-    read_log,
-    running_versions,
-    version_changes,
-    versions_note,
-    write_log,
-)
+from loom.eventlog import EventLogError, read_log, write_log
+from loom.versions import DECISION_LIBRARIES, running_versions, version_changes, versions_note
 from tests.replay.forging import forge_first_transition
 
 LOGS = Path(__file__).resolve().parents[2] / "traces" / "logs"
