@@ -30,6 +30,10 @@ Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-
 # "." or ".." (it starts with a letter or digit).
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 JobId = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=JOB_ID_PATTERN)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Rate = Annotated[float, Field(ge=0, le=MAX_RATE, allow_inf_nan=False)]
+Batch = Annotated[int, Field(ge=1, le=MAX_BATCH)]
+
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 
 
@@ -39,9 +43,7 @@ def valid_job_id(job_id: str) -> str:
         return _JOB_ID.validate_python(job_id)
     except ValidationError as exc:
         raise ValueError(f"job id {job_id!r}: {exc.errors()[0]['msg']}") from None
-Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
-Rate = Annotated[float, Field(ge=0, le=MAX_RATE, allow_inf_nan=False)]
-Batch = Annotated[int, Field(ge=1, le=MAX_BATCH)]
+
 
 # A job may run its own command (an "unmodified job", see docs/sdk.md): bounded like the rest.
 MAX_ARGS = 256

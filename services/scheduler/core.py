@@ -469,12 +469,14 @@ class SchedulerCore(CoreDefaults):
             raise ValueError(f"heartbeat from node {node!r}, which is not in the cluster")
         deadline, returned = self.faults.beat(node, hb.interval_s, now)
         effects: list[Effect] = [SetTimer(lost_key(node), deadline, PRIORITY_INPUT)]
-        for jid in hb.jobs:  # its runs there have started
-            rec = self._running.get(jid)
-            if rec is not None and _on_node(rec, node):
-                rec.confirmed = True
-        # Reconcile: stop whatever the node runs that is no longer placed there, ...
-        stale = [jid for jid in hb.jobs if not self._runs_on(jid, node)]
+        # What the node lists has started there; reconcile: stop whatever it runs that is no
+        # longer placed there, ...
+        stale = []
+        for jid in hb.jobs:
+            if self._runs_on(jid, node):
+                self._running[jid].confirmed = True
+            else:
+                stale.append(jid)
         if stale:
             effects.append(Publish(subjects.node_command(node), NodeCommand(
                 node_id=node, cycle=-1, stops=tuple(
