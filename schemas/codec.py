@@ -3,7 +3,8 @@
 Everything here treats the payload as hostile: its size is checked before it is parsed, its
 nesting before it is validated, and each subject accepts only the event types its producers
 send (`check_subject`), so a well-formed operator command sent to the submit subject, or a
-job-finished event sent as a node status, is refused rather than acted on.
+job-finished event sent as a node status, is refused rather than acted on; on a node's own
+subjects the body must name that node (`check_origin`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ def decode(payload: bytes, *, max_bytes: int = MAX_EVENT_BYTES) -> Envelope:
     except Exception as exc:  # msgpack raises several unrelated types
         raise CodecError(f"not msgpack: {type(exc).__name__}: {exc}"[:300]) from exc
     return _validate(data)
+
+
+def check_origin(subject: str, env: Envelope) -> None:
+    """Refuse an event its subject does not carry: the wrong type, or, on a node's own
+    subject, a body that names another node (the server proved who published the subject,
+    nothing proves the body)."""
+    check_subject(subject, env.type)
+    node = subjects.node_of(subject)
+    named = getattr(env.body, "node_id", None)
+    if node is not None and named != node:
+        raise CodecError(f"{env.type} on {subject} names node {named!r}: a node speaks only "
+                         f"for itself, on loom.node.<its id>.>")
 
 
 def check_subject(subject: str, event_type: str) -> None:

@@ -1,32 +1,71 @@
 """Every NATS subject Loom uses, named in one place.
 
-One JetStream stream (`STREAM`) captures `loom.>`, so a run's whole history can be replayed.
-Node-specific traffic carries the node id as a token: `loom.node.<node_id>.command`.
+On a live cluster one JetStream stream (`STREAM`) holds the run's history, everything on
+`loom.>` but dead letters, so it can be replayed; dead letters (a truncated copy of what was
+refused, with the reason) have a bounded stream of their own (`DEADLETTER_STREAM`), so that
+refused input cannot grow the history. A simulation keeps both in its one stream.
+Everything a node agent says travels on its own subjects, `loom.node.<node_id>.<kind>`: the
+server lets node `n0`'s user publish only `loom.node.n0.>`, so the subject proves which node
+speaks, and a subscriber checks the body names the same node (`schemas.codec.check_origin`).
+The names below without a node (`NODE_STATUS`, ...) are the patterns services subscribe to.
 """
 
 from __future__ import annotations
 
 STREAM = "LOOM"
-STREAM_SUBJECTS = ("loom.>",)
+STREAM_SUBJECTS = ("loom.jobs.>", "loom.sched.>", "loom.ops.>", "loom.node.>")
+DEADLETTER_STREAM = "LOOM_DEADLETTER"
 
 JOB_SUBMIT = "loom.jobs.submit"  # accepts msgpack envelopes and plain JSON (people, `nats pub`)
 JOB_TRANSITION = "loom.jobs.transition"
-JOB_FINISHED = "loom.jobs.finished"
-JOB_PROGRESS = "loom.jobs.progress"  # trainers' reports (live clusters)
 CYCLE_STARTED = "loom.sched.cycle"
 PLAN_DECIDED = "loom.sched.plan"
 OPERATOR = "loom.ops.command"  # cancel, suspend, resume, drain, set-policy (in the log)
-NODE_STATUS = "loom.node.status"
-NODE_INFO = "loom.node.info"  # a node agent's GPUs and topology, at start
-NODE_HEARTBEAT = "loom.node.heartbeat"  # liveness and GPU telemetry, every few seconds
 DEADLETTER_PREFIX = "loom.deadletter"
+DEADLETTER_SUBJECTS = (f"{DEADLETTER_PREFIX}.>",)
+
+# What node agents publish, one token per kind (the placer's commands to them are the sixth).
+FINISHED, PROGRESS, STATUS, INFO, HEARTBEAT, COMMAND = (
+    "finished", "progress", "status", "info", "heartbeat", "command")
+JOB_FINISHED = "loom.node.*.finished"  # a run ended: completed, failed or refused
+JOB_PROGRESS = "loom.node.*.progress"  # trainers' reports (live clusters)
+NODE_STATUS = "loom.node.*.status"  # progress of the jobs a command stopped
+NODE_INFO = "loom.node.*.info"  # a node agent's GPUs and topology, at start
+NODE_HEARTBEAT = "loom.node.*.heartbeat"  # liveness and GPU telemetry, every few seconds
+NODE_COMMAND_ALL = "loom.node.*.command"
+NODE_KINDS = (FINISHED, PROGRESS, STATUS, INFO, HEARTBEAT, COMMAND)
+
+# Until 2026-11 nodes shared these subjects and named themselves only in the body; replay
+# reads logs recorded then through `current_subject`.
+LEGACY_NODE_SUBJECTS = {
+    "loom.jobs.finished": FINISHED,
+    "loom.jobs.progress": PROGRESS,
+    "loom.node.status": STATUS,
+    "loom.node.info": INFO,
+    "loom.node.heartbeat": HEARTBEAT,
+}
+
+
+def node_subject(node_id: str, kind: str) -> str:
+    return f"loom.node.{node_id}.{kind}"
 
 
 def node_command(node_id: str) -> str:
-    return f"loom.node.{node_id}.command"
+    return node_subject(node_id, COMMAND)
 
 
-NODE_COMMAND_ALL = "loom.node.*.command"
+def node_of(subject: str) -> str | None:
+    """The node a node-scoped subject belongs to (None for any other subject)."""
+    parts = subject.split(".")
+    if len(parts) == 4 and parts[:2] == ["loom", "node"] and parts[3] in NODE_KINDS:
+        return parts[2]
+    return None
+
+
+def current_subject(subject: str, node_id: str | None) -> str:
+    """The subject a message recorded on a legacy shared subject has today."""
+    kind = LEGACY_NODE_SUBJECTS.get(subject)
+    return subject if kind is None or node_id is None else node_subject(node_id, kind)
 
 
 def deadletter(service: str) -> str:

@@ -173,6 +173,10 @@ class TrainerNodeCore(CoreDefaults):
         self.jobs: dict[str, _Job] = {}
         self.gate = CommandGate()
 
+    def _on(self, kind: str) -> str:
+        """This node's own subject for `kind` (the only node subjects it may publish)."""
+        return subjects.node_subject(self.node.node_id, kind)
+
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.node_command(self.node.node_id)),
                 Subscribe(subjects.CYCLE_STARTED),
@@ -195,7 +199,7 @@ class TrainerNodeCore(CoreDefaults):
     def start(self, now: float) -> list[Effect]:
         effects: list[Effect] = [SetTimer("heartbeat", now, PRIORITY_INPUT)]
         if self.inventory is not None:
-            effects.insert(0, Publish(subjects.NODE_INFO, self.inventory))
+            effects.insert(0, Publish(self._on(subjects.INFO), self.inventory))
         return effects
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
@@ -211,7 +215,7 @@ class TrainerNodeCore(CoreDefaults):
         vanished (reconcile, both ways)."""
         running = sorted(jid for jid, job in self.jobs.items()
                          if not job.stopping or job.relaunch is not None)
-        return [Publish(subjects.NODE_HEARTBEAT, NodeHeartbeat(
+        return [Publish(self._on(subjects.HEARTBEAT), NodeHeartbeat(
             node_id=self.node.node_id, gpus=tuple(samples), jobs=tuple(running),
             interval_s=self.settings.heartbeat_s, handled=self.gate.handled))]
 
@@ -246,7 +250,7 @@ class TrainerNodeCore(CoreDefaults):
         self.jobs.pop(launch.job_id, None)
         if launch.placement[0][0] != self.node.node_id:
             return []
-        return [Publish(subjects.JOB_FINISHED, JobFinished(
+        return [Publish(self._on(subjects.FINISHED), JobFinished(
             job_id=launch.job_id, node_id=self.node.node_id,
             iterations_done=launch.iterations_done, permanent=True,
             failure=f"launch refused on {self.node.node_id}: {reason}"))]
@@ -312,7 +316,7 @@ class TrainerNodeCore(CoreDefaults):
                     if job.leader and not job.stopping and not job.finished}
         if not progress:
             return []
-        return [Publish(subjects.NODE_STATUS, NodeStatus(node_id=self.node.node_id,
+        return [Publish(self._on(subjects.STATUS), NodeStatus(node_id=self.node.node_id,
                                                          cycle=cycle, progress=progress))]
 
     # -- trainer inputs (from the shell) ---------------------------------------------------
@@ -339,7 +343,7 @@ class TrainerNodeCore(CoreDefaults):
         if iteration is not None:
             job.iteration = float(iteration)
             job.reported = True
-        return [Publish(subjects.JOB_PROGRESS, TrainerReport(
+        return [Publish(self._on(subjects.PROGRESS), TrainerReport(
             job_id=job_id, node_id=self.node.node_id, event=record.event,
             iteration=int(job.iteration), loss=loss, resumed=resumed, throughput=throughput))]
 
@@ -352,7 +356,7 @@ class TrainerNodeCore(CoreDefaults):
         if printed is None:
             return []
         job.iteration, job.reported = float(printed.iteration), True
-        return [Publish(subjects.JOB_PROGRESS, TrainerReport(
+        return [Publish(self._on(subjects.PROGRESS), TrainerReport(
             job_id=job_id, node_id=self.node.node_id, event="progress",
             iteration=printed.iteration, loss=printed.loss))]
 
@@ -382,16 +386,16 @@ class TrainerNodeCore(CoreDefaults):
             self.gate.finish(job_id)
         if job.leader:
             if job.finished:
-                effects.append(Publish(subjects.JOB_FINISHED, JobFinished(
+                effects.append(Publish(self._on(subjects.FINISHED), JobFinished(
                     job_id=job_id, node_id=self.node.node_id, iterations_done=job.iteration)))
             elif job.failure is not None and not job.stopping:
                 # Failed on its own: the scheduler decides whether and when to retry it.
-                effects.append(Publish(subjects.JOB_FINISHED, JobFinished(
+                effects.append(Publish(self._on(subjects.FINISHED), JobFinished(
                     job_id=job_id, node_id=self.node.node_id, iterations_done=job.iteration,
                     failure=job.failure)))
             else:
                 # Stopped (or crashed): the checkpointed progress is what the next run resumes.
-                effects.append(Publish(subjects.NODE_STATUS, NodeStatus(
+                effects.append(Publish(self._on(subjects.STATUS), NodeStatus(
                     node_id=self.node.node_id, cycle=job.stop_cycle,
                     progress={job_id: job.iteration})))
         if job.relaunch is not None:

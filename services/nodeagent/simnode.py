@@ -83,6 +83,10 @@ class SimNodeCore(CoreDefaults):
         self.jobs: dict[str, _Run] = {}
         self.gate = CommandGate()  # re-delivered and deposed-leader commands change nothing
 
+    def _on(self, kind: str) -> str:
+        """This node's own subject for `kind` (the only node subjects it may publish)."""
+        return subjects.node_subject(self.node.node_id, kind)
+
     def subscriptions(self) -> Sequence[Subscribe]:
         commands = Subscribe(subjects.node_command(self.node.node_id))
         # Cycle announcements only matter where an interruption costs time; without that a
@@ -104,7 +108,7 @@ class SimNodeCore(CoreDefaults):
         assert isinstance(key, tuple) and key[0] == "finish"
         run = self.jobs.pop(key[1])
         self.gate.finish(key[1])
-        return [Publish(subjects.JOB_FINISHED, JobFinished(
+        return [Publish(self._on(subjects.FINISHED), JobFinished(
             job_id=run.spec.job_id, node_id=self.node.node_id,
             iterations_done=float(run.spec.iterations)))]
 
@@ -127,7 +131,7 @@ class SimNodeCore(CoreDefaults):
                 stopped[stop.job_id] = run.spec.iterations - run.remaining
                 effects.append(CancelTimer(("finish", stop.job_id)))
         if stopped:
-            effects.append(Publish(subjects.NODE_STATUS, NodeStatus(
+            effects.append(Publish(self._on(subjects.STATUS), NodeStatus(
                 node_id=self.node.node_id, cycle=cmd.cycle, progress=stopped)))
         started = [self._launch(launch, now) for launch in cmd.launches]
         # Rates after every launch of the command is in: co-located jobs start together.

@@ -66,6 +66,8 @@ class PlacerCore(CoreDefaults):
         # report may still launch one (plans and finishes reach the placer on separate
         # consumers); its node would never run it again, so binding it would hold GPUs for ever.
         self._completed: dict[str, None] = {}
+        # Every node a job not yet completed was bound to: only those may report its end.
+        self._hosts: dict[str, frozenset[str]] = {}
 
     @property
     def owner(self) -> dict[Gpu, set[str]]:
@@ -120,6 +122,8 @@ class PlacerCore(CoreDefaults):
                 self._held[node][launch.job_id] = mask
                 launches.setdefault(node, []).append(launch)
             self.bound[launch.job_id] = launch.placement
+            self._hosts[launch.job_id] = self._hosts.get(launch.job_id, frozenset()).union(
+                n for n, _ in launch.placement)
         return self._commands(plan.cycle, stops, launches, plan.term)
 
     def _validate(self, plan: PlanDecided) -> list[list[tuple[str, int]]]:
@@ -159,12 +163,19 @@ class PlacerCore(CoreDefaults):
         return out
 
     def _finished(self, msg: JobFinished) -> list[Effect]:
+        if msg.job_id in self._completed:
+            return []  # a duplicate, or a gang member's report after its leader's
+        hosts = self._hosts.get(msg.job_id)
+        if hosts is not None and msg.node_id not in hosts:  # (None: bound before a restart)
+            raise ValueError(f"node {msg.node_id} reports the end of job {msg.job_id!r}, "
+                             f"which was never bound there (bound to: {', '.join(sorted(hosts))})")
         bound = self.bound.get(msg.job_id, ())
         if msg.failure is not None and bound and all(n != msg.node_id for n, _ in bound):
             return []  # a failure of a run the job has left: the scheduler ignores it too
         slots = self._release(msg.job_id)
         if msg.failure is None:  # completed (a failed one may be retried by a later plan)
             self._completed[msg.job_id] = None
+            self._hosts.pop(msg.job_id, None)
             if len(self._completed) > COMPLETED_MEMORY:
                 del self._completed[next(iter(self._completed))]
         stop = Stop(job_id=msg.job_id, reason=STOP_GANG_FINISHED)

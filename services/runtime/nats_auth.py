@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+_LITERAL_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 
 # Option (attribute) → environment variable.
 ENV = {
@@ -26,7 +29,9 @@ ENV = {
     "tls_ca": "LOOM_NATS_CA",
     "tls_cert": "LOOM_NATS_CERT",
     "tls_key": "LOOM_NATS_KEY",
+    "inbox": "LOOM_NATS_INBOX",
 }
+DEFAULT_INBOX = "_INBOX"
 
 
 class NatsAuthError(ValueError):
@@ -44,6 +49,10 @@ class NatsAuth:
     tls_ca: str | None = None  # CA that signed the server's certificate
     tls_cert: str | None = None  # client certificate, where the server verifies clients
     tls_key: str | None = None
+    # Where replies to this client go. Each user gets its own (`_INBOX.<user>`), and the
+    # server lets it subscribe there only, so no client can read another's replies (JetStream
+    # deliveries included). A `.creds` or nkey login has no user name here: give it.
+    inbox: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NatsAuth:
@@ -74,6 +83,17 @@ class NatsAuth:
                            ("--nats-tls-key", self.tls_key)):
             if path is not None and not Path(path).is_file():
                 raise NatsAuthError(f"{flag}: no such file {path!r}")
+        prefix = self.inbox_prefix()
+        if not all(_LITERAL_TOKEN.fullmatch(t) for t in prefix.split(".")):
+            source = "--nats-inbox" if self.inbox is not None else "--nats-user"
+            raise NatsAuthError(f"{source}: {prefix!r} is not a subject an inbox can live "
+                                "under (letters, digits, '-', '_' and '.' between tokens); "
+                                "give --nats-inbox")
+
+    def inbox_prefix(self) -> str:
+        if self.inbox is not None:
+            return self.inbox
+        return f"{DEFAULT_INBOX}.{self.user}" if self.user is not None else DEFAULT_INBOX
 
     def tls_context(self) -> ssl.SSLContext | None:
         """A verifying client context (server certificate checked against the CA)."""
@@ -87,7 +107,7 @@ class NatsAuth:
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `nats.connect`."""
         self.check()
-        kw: dict[str, Any] = {}
+        kw: dict[str, Any] = {"inbox_prefix": self.inbox_prefix()}
         if self.user is not None:
             kw["user"] = self.user
             kw["password"] = self.password or ""
@@ -121,3 +141,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"client certificate (${ENV['tls_cert']})")
     g.add_argument("--nats-tls-key", dest="nats_tls_key",
                    help=f"client certificate's key (${ENV['tls_key']})")
+    g.add_argument("--nats-inbox", dest="nats_inbox",
+                   help=f"subject prefix for replies to this client; default "
+                        f"{DEFAULT_INBOX}.<user> (${ENV['inbox']})")

@@ -60,6 +60,11 @@ class NatsNoServerError(NatsProblem):
     """Nothing (that speaks NATS) answered at the URL."""
 
 
+class NatsNoStreamError(NatsProblem):
+    """The server is up, but no stream stores the subject (the cluster's services have not
+    created it yet, or this is not a Loom cluster's server)."""
+
+
 class NatsTlsError(NatsProblem):
     """The TLS handshake failed: an untrusted or mismatched certificate, or none given."""
 

@@ -80,6 +80,7 @@ from services.scheduler.liveness import (
     RetryPolicy,
     failed_cause,
     launch_key,
+    launch_timeout_failure,
     lost_key,
     requeue_cause,
     retry_cause,
@@ -143,6 +144,12 @@ class JobRecord:
     launched_by: tuple[int, int] | None = None  # (term, cycle) of the plan of its current run
     unseen: int = 0  # heartbeats since then that should have listed its run and did not
     confirmed: bool = False  # its node has shown the current run (heartbeat, progress, end)
+    hosts: frozenset[str] = frozenset()  # every node it has been placed on: the only ones
+    # whose word about it counts
+
+    def place(self, slots: GpuSlots) -> None:
+        self.placement = slots
+        self.hosts = self.hosts.union(n for n, _ in slots)
 
     def view(self) -> JobView:
         running = self.state is JobState.RUNNING
@@ -347,6 +354,7 @@ class SchedulerCore(CoreDefaults):
         return [self._transition(rec, JobState.REJECTED, reason, now, with_spec=True)]
 
     def _on_finished(self, msg: JobFinished, now: float) -> list[Effect]:
+        _check_host(self.jobs.get(msg.job_id), msg.job_id, msg.node_id)
         rec = self._running.get(msg.job_id)
         if rec is None:
             return self._finished_while_requeued(msg, now)
@@ -396,11 +404,13 @@ class SchedulerCore(CoreDefaults):
 
     def _on_status(self, msg: NodeStatus) -> None:
         """A node's report is the truth; it replaces the estimate."""
+        for job_id in msg.progress:
+            _check_host(self.jobs.get(job_id), job_id, msg.node_id)
         if msg.node_id in self.faults.lost:
             return  # its jobs have been requeued; what it says of them is stale
         for job_id, done in msg.progress.items():
-            rec = self.jobs.get(job_id)
-            if rec is not None and rec.state is not None and not rec.state.terminal:
+            rec = self.jobs[job_id]
+            if rec.state is not None and not rec.state.terminal:
                 rec.iterations_done = rec.reported = done
                 rec.remaining = rec.spec.iterations - done
                 rec.confirmed = rec.confirmed or _on_node(rec, msg.node_id)
@@ -523,8 +533,7 @@ class SchedulerCore(CoreDefaults):
             return []  # started, or a later run of it, or no longer running
         node = rec.placement[0][0]
         timeout = self.faults.liveness.launch_timeout_s
-        return self._on_vanished(rec, node, now,
-                                 f"not started on node {node} within {timeout:g} s")
+        return self._on_vanished(rec, node, now, launch_timeout_failure(node, timeout))
 
     def _plan_out(self, stops: Sequence[Stop] = (), launches: Sequence[Launch] = (),
                   busy_gpus: int = 0) -> Publish:
@@ -770,7 +779,8 @@ class SchedulerCore(CoreDefaults):
         """Start the progress estimate of a job launched at `now` as the node agent will run
         it (see module docstring); also used when a recovering scheduler rebuilds its state."""
         model = self.config.overhead
-        rec.placement, rec.group = slots, group
+        rec.place(slots)
+        rec.group = group
         rec.accounted_at = now
         rec.remaining = rec.spec.iterations - rec.iterations_done
         rec.reported = rec.iterations_done
@@ -801,6 +811,18 @@ class SchedulerCore(CoreDefaults):
             iterations_done=rec.iterations_done,
             status=rec.status if state.terminal else None,
             spec=rec.spec if with_spec else None))
+
+
+def _check_host(rec: JobRecord | None, job_id: str, node: str) -> None:
+    """A node speaks only of jobs placed on it (now or before): anything else is forged or
+    misrouted, and raises (the shell dead-letters the event with this reason)."""
+    if rec is None:
+        raise ValueError(f"node {node} reports on job {job_id!r}, which the scheduler does "
+                         "not know")
+    if node not in rec.hosts:
+        where = ", ".join(sorted(rec.hosts)) or "no node yet"
+        raise ValueError(f"node {node} reports on job {job_id!r}, which was never placed "
+                         f"there (placed on: {where})")
 
 
 def _all_work_done(rec: JobRecord, msg: JobFinished) -> bool:

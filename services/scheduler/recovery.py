@@ -166,7 +166,7 @@ def _apply_transition(core: SchedulerCore, t: JobTransition, at: float) -> bool:
     rec.state = t.state
     rec.iterations_done = t.iterations_done
     if t.state is JobState.RUNNING:
-        rec.placement = t.placement
+        rec.place(t.placement)
     elif t.state in (JobState.PREEMPTED, JobState.FAILED):  # a finished job keeps its GPUs'
         rec.placement = ()  # record, as the live core does
     if t.state is JobState.RUNNING:
@@ -210,7 +210,7 @@ def _repair(core: SchedulerCore, last_transition: dict[str, int],
         stop = stops.get(jid, 0)
         if launch is not None and launch.seq > seen and launch.seq > stop:
             if rec.state is not JobState.RUNNING:
-                rec.placement = launch.placement
+                rec.place(launch.placement)
                 effects.append(core.record(rec, JobState.RUNNING, "recovered", now))
         elif stop > seen and rec.state is JobState.RUNNING:
             rec.preemptions += 1
@@ -249,7 +249,8 @@ def history_subjects(core: Any) -> tuple[str, ...]:
     if isinstance(core, SchedulerCore):
         return SCHEDULER_HISTORY
     if isinstance(core, SimNodeCore):
-        return (subjects.node_command(core.node.node_id), subjects.JOB_FINISHED,
+        node = core.node.node_id
+        return (subjects.node_command(node), subjects.node_subject(node, subjects.FINISHED),
                 *([subjects.CYCLE_STARTED] if core.overhead.charges_per_event else []))
     return ()
 

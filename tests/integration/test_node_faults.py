@@ -143,7 +143,7 @@ async def test_jobs_survive_a_killed_and_a_partitioned_node_agent(live: Cluster)
     watch = Watch()
     nc = await nats.connect(live.url)
     try:
-        for subject in ("loom.jobs.transition", "loom.jobs.progress", "loom.node.*.command",
+        for subject in ("loom.jobs.transition", "loom.node.*.progress", "loom.node.*.command",
                         "loom.deadletter.>"):
             await nc.subscribe(subject, cb=watch.on)
         live.start("scheduler", "--policy", "fifo", "--node-misses", str(MISSES),

@@ -175,13 +175,18 @@ def test_a_plan_made_before_a_jobs_completion_does_not_launch_it_again() -> None
 
 
 def test_a_failure_from_a_run_the_job_has_left_does_not_stop_its_current_run() -> None:
+    from schemas.events import PlanDecided, Stop
     from services.placer.binding import PlacerCore
     from tests.builders import cluster
 
     placer = PlacerCore(cluster(2, 4))
     on_n1 = Launch(job_id="a", spec=make_job("a").runs_for(100).build(),
                    placement=(("n1", (0,)),))
-    placer.handle(plan_env("p1", 1, 1, on_n1), 0.0)  # type: ignore[arg-type]
+    placer.handle(plan_env("p1", 1, 1, launch("a")), 0.0)  # type: ignore[arg-type]
+    moved = PlanDecided(cycle=2, term=1, stops=(Stop(job_id="a", reason="migrate"),),
+                        launches=(on_n1,))
+    placer.handle(envelope(moved, event_id="p2", occurred_at=0.0, producer="scheduler",
+                           causation_id=None), 0.0)
     stale = envelope(JobFinished(job_id="a", node_id="n0", iterations_done=5.0, failure="oom"),
                      event_id="f1", occurred_at=0.0, producer="n0", causation_id=None)
     assert placer.handle(stale, 0.0) == [] and placer.bound == {"a": (("n1", (0,)),)}

@@ -88,8 +88,9 @@ def test_rebuilt_table_and_next_decision_match(policy: str) -> None:
 
     # Both finish the same job and plan the next cycle: the same launches and stops.
     running = sorted(j for j, r in run.core.jobs.items() if r.state is JobState.RUNNING)
+    node = run.core.jobs[running[0]].placement[0][0]
     for core in (run.core, fresh):
-        core.handle(envelope(JobFinished(job_id=running[0], node_id="x",
+        core.handle(envelope(JobFinished(job_id=running[0], node_id=node,
                                          iterations_done=1.0), event_id="f", occurred_at=40.0,
                              producer="n", causation_id=None), 40.0)
     again = Run(fresh)

@@ -28,7 +28,9 @@ from services.scheduler.core import SchedulerConfig, SchedulerCore
 from services.scheduler.liveness import (
     LivenessConfig,
     RetryPolicy,
+    fault_kind,
     launch_key,
+    launch_timeout_failure,
     lost_key,
     retry_key,
 )
@@ -490,6 +492,21 @@ def test_metrics_count_each_kind_of_fault() -> None:
     scrape = exposition(registry_for(metrics, core.cluster))
     assert 'loom_job_faults_total{kind="node-lost"} 1.0' in scrape
     assert 'loom_job_faults_total{kind="trainer-failed"} 1.0' in scrape
+
+
+@pytest.mark.parametrize(("cause", "kind"), [
+    ("requeued: node n1 lost", "node-lost"),
+    ("requeued: node n1 restarted", "node-restarted"),
+    ("trainer failed on n0 (exit 1); retry 1 of 2 at 30", "trainer-failed"),
+    ("failed: exit 1", "trainer-failed"),
+    ("failed: launch refused on n0: unknown model 'x'", "launch-refused"),
+    (f"trainer failed on n0 ({launch_timeout_failure('n0', 120)}); retry 1 of 2 at 9",
+     "launch-timeout"),
+    (f"failed: {launch_timeout_failure('n0', 5)}", "launch-timeout"),
+    ("completed", None), ("suspended", None),
+])
+def test_each_fault_is_counted_under_its_kind(cause: str, kind: str | None) -> None:
+    assert fault_kind(cause) == kind
 
 
 @pytest.mark.parametrize("name", ["fifo", "srtf", "tiresias", "muri-s", "edf", "elasticflow"])
