@@ -78,7 +78,7 @@ async def live(n: int) -> None:
             await nc.publish(subjects.JOB_SUBMIT, p)
         await nc.flush()
         while True:
-            info = await js.stream_info(subjects.STREAM,
+            info = await js.stream_info(subjects.DEADLETTER_STREAM,
                                         subjects_filter=subjects.deadletter("scheduler"))
             if sum((info.state.subjects or {}).values()) >= n:
                 break

@@ -10,7 +10,9 @@ Format `loom-eventlog` version 2 (see docs/replay.md): a concatenation of msgpac
   (unknown);
 - then one record per message the bus carried, in delivery order:
   `{"seq": stream sequence, "subject": ..., "time": the clock's time at publish,
-  "msg_id": Nats-Msg-Id or nil, "data": the payload bytes as on the wire, "crc": ...}`;
+  "msg_id": Nats-Msg-Id or nil, "data": the payload bytes as on the wire, "crc": ...}`.
+  A live cluster keeps dead letters in a stream of their own, which `loom log export`
+  merges in by time: in a live log, `seq` rises within each stream (`seq_stream`);
 - last, the trailer: `{"end": number of messages, "decision_digest": hex or nil,
   "sha256": hex, "crc": ...}`. A file without it was cut short.
 
@@ -40,6 +42,7 @@ from typing import Any, BinaryIO, Literal
 import msgpack
 
 from loom.versions import Versions, running_versions
+from schemas.subjects import DEADLETTER_PREFIX
 
 FORMAT = "loom-eventlog"
 VERSION = 2  # written
@@ -48,6 +51,7 @@ CHECK = "crc"
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 16
 _CRC_MAX = 1 << 32
+DEADLETTER_SUBJECT_PREFIX = DEADLETTER_PREFIX + "."
 
 Source = Literal["sim", "live"]
 
@@ -256,6 +260,7 @@ class _Reader:
         self.log: EventLog | None = None
         self.chain: _Chain | None = None  # None: a version-1 log, which has no checksums
         self.ended = False
+        self.last_seq: dict[str, int] = {}  # seq_stream → the last sequence read of it
 
     def fail(self, index: int | None, why: str) -> EventLogError:
         return EventLogError(self.path, index, why)
@@ -343,10 +348,13 @@ class _Reader:
                      obj["data"])
         if not math.isfinite(rec.time):
             raise self.fail(index, f"time {rec.time!r} is not a finite number")
+        stream = seq_stream(log.source, rec.subject)
+        last_seq = self.last_seq.get(stream)
+        if last_seq is not None and rec.seq <= last_seq:
+            raise self.fail(index, f"sequence {rec.seq} after {last_seq}: out of order")
+        self.last_seq[stream] = rec.seq
         if log.records:
             last = log.records[-1]
-            if rec.seq <= last.seq:
-                raise self.fail(index, f"sequence {rec.seq} after {last.seq}: out of order")
             # A simulation's clock never goes back; a live log's times are its producers'.
             if log.source == "sim" and rec.time < last.time:
                 raise self.fail(index, f"time {rec.time!r} after {last.time!r}: a simulated "
@@ -368,6 +376,15 @@ class _Reader:
                                    f"{obj['sha256']}")
         log.decision_digest = obj.get("decision_digest")
         self.ended = True
+
+
+def seq_stream(source: Source, subject: str) -> str:
+    """Which sequence a record's `seq` counts in. A simulation keeps every message in one
+    stream; a live cluster keeps dead letters in a second one (its own sequence), merged
+    into an exported log by time, so there each stream's sequence rises on its own."""
+    if source == "live" and subject.startswith(DEADLETTER_SUBJECT_PREFIX):
+        return "deadletter"
+    return "events"
 
 
 def _versions(obj: Any, path: Path) -> Versions | None:

@@ -185,13 +185,35 @@ class TrainerReport(_Body):
     throughput: float | None = None  # iterations per second over the last window
 
 
+# A dead letter keeps this much of what was refused: the whole message stays in the event
+# stream at the sequence the dead letter's id names, so the copy is only for diagnosis, and
+# a small one keeps refused input (a flood of 1 MB junk, say) from growing the dead letters.
+DEAD_LETTER_KEEP = 4096  # bytes of the payload
+DEAD_LETTER_REASON_KEEP = 1024  # characters of the reason (a parser's message can echo input)
+
+
 class DeadLetter(_Body):
-    """A message a service could not accept, kept with the reason so nothing is lost."""
+    """A message a service could not accept, kept with the reason (see `kept`)."""
 
     subject: str
     service: str
     reason: str
     payload: bytes
+
+    @classmethod
+    def kept(cls, *, subject: str, service: str, reason: str, payload: bytes) -> DeadLetter:
+        """The dead letter every bus and shell publishes, and replay expects: the payload and
+        reason cut to DEAD_LETTER_KEEP bytes and DEAD_LETTER_REASON_KEEP characters. One
+        place, so a replayed core's dead letter is the live shell's byte for byte. Cutting
+        is idempotent: `kept` of a kept dead letter's fields is the same dead letter."""
+        return cls(subject=subject, service=service, reason=reason[:DEAD_LETTER_REASON_KEEP],
+                   payload=payload[:DEAD_LETTER_KEEP])
+
+    def cut(self) -> DeadLetter:
+        """This dead letter as `kept` would have built it (one recorded before the cut
+        existed kept more)."""
+        return DeadLetter.kept(subject=self.subject, service=self.service, reason=self.reason,
+                               payload=self.payload)
 
 
 EVENT_TYPES: dict[str, type[BaseModel]] = {

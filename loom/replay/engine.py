@@ -13,8 +13,10 @@ was recorded. A timer that fires without publishing leaves no trace in the log, 
 one place replay reconstructs rather than reads the order.
 
 Sim logs are compared exactly. Live logs are compared structurally (floats, i.e. times and
-progress estimates, are left out): a live core read the wall clock when a message arrived, which
-the log does not hold, so an input is fed at the time of the core's first reply to it.
+progress estimates, are left out, and so is a dead letter's payload: `_structure`): a live core
+read the wall clock when a message arrived, which the log does not hold, so an input is fed at
+the time of the core's first reply to it. A dead letter is compared as `DeadLetter.kept` cuts
+it, also where the log recorded it whole (before dead letters were cut).
 """
 
 from __future__ import annotations
@@ -105,8 +107,17 @@ class ReplayResult:
         return self.divergence is None
 
 
+def _dump(body: BaseModel) -> dict[str, Any]:
+    """A body's fields as JSON values; bytes that are not UTF-8 (a dead letter's payload)
+    stay Python bytes."""
+    try:
+        return body.model_dump(mode="json")
+    except UnicodeDecodeError:
+        return body.model_dump(mode="python")
+
+
 def _short(body: BaseModel, limit: int = 400) -> str:
-    text = repr(body.model_dump(mode="json"))
+    text = repr(_dump(body))
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -121,6 +132,17 @@ def _describe_decision(d: Decision | None) -> str:
     if d is None:
         return "nothing"
     return f"{d.type} at t={d.at!r}, caused by {d.causation_id}: {_short(d.body)}"
+
+
+def _structure(body: BaseModel) -> Any:
+    """What a live log's decision is compared by. Not its floats: a live core read the wall
+    clock, which the log does not hold. Nor a dead letter's payload: that is the refused
+    input as the shell re-encoded it, stamped with the time it was decoded (a person's JSON
+    submission has no time of its own); the record its `causation_id` names is the input."""
+    data = body.model_dump(mode="python")
+    if isinstance(body, DeadLetter):
+        data["payload"] = None
+    return _without_floats(data)
 
 
 def _without_floats(value: Any) -> Any:
@@ -224,8 +246,8 @@ class CoreReplay:
         try:
             effects = self.core.handle(env, at)
         except Exception as exc:  # the shell dead-letters it with the reason
-            body = DeadLetter(subject=env.type, service=self.name,
-                              reason=f"{type(exc).__name__}: {exc}", payload=encode(env))
+            body = DeadLetter.kept(subject=env.type, service=self.name,
+                                   reason=f"{type(exc).__name__}: {exc}", payload=encode(env))
             effects = [Publish(subjects.deadletter(self.name), body)]
         self._apply(effects, env.event_id, at, record.index)
 
@@ -250,6 +272,8 @@ class CoreReplay:
 
     # -- checking --------------------------------------------------------------------------
     def differs(self, record: Record, env: Envelope, got: Decision) -> str | None:
+        if isinstance(env.body, DeadLetter):  # recorded before dead letters were cut: cut it
+            env = dataclasses.replace(env, body=env.body.cut())
         if got.subject != record.subject:
             return f"subject {record.subject} recorded, {got.subject} replayed"
         if got.type != env.type:
@@ -262,15 +286,14 @@ class CoreReplay:
             if got.body != env.body:
                 return f"body differs: {_field_diff(env.body, got.body)}"
         else:
-            a = _without_floats(env.body.model_dump(mode="python"))
-            b = _without_floats(got.body.model_dump(mode="python"))
+            a, b = _structure(env.body), _structure(got.body)
             if a != b:
                 return f"body differs: {_field_diff(env.body, got.body)}"
         return None
 
 
 def _field_diff(recorded: BaseModel, replayed: BaseModel) -> str:
-    a, b = recorded.model_dump(mode="json"), replayed.model_dump(mode="json")
+    a, b = _dump(recorded), _dump(replayed)
     keys = [k for k in a if a.get(k) != b.get(k)]
     return ", ".join(f"{k}: {a.get(k)!r:.120} recorded, {b.get(k)!r:.120} replayed"
                      for k in keys[:4]) or "(equal after dump)"
@@ -347,6 +370,9 @@ def replay(log: EventLog, cores: list[Core]) -> ReplayResult:
 
     for rec in log.records:
         env = recorded_envelope(rec)
+        if env is not None and rec.subject in subjects.LEGACY_NODE_SUBJECTS:
+            node = getattr(env.body, "node_id", None)
+            rec = dataclasses.replace(rec, subject=subjects.current_subject(rec.subject, node))
         producer = by_name.get(env.producer) if env is not None else None
         if env is not None and producer is not None:
             producer.fire_for_decision(rec)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client.core import (
@@ -24,6 +24,8 @@ from prometheus_client.registry import Collector
 from schemas.cluster import ClusterSpec
 from schemas.job import JobState
 from services.metrics.core import MetricsCore
+from services.metrics.stream_usage import StreamUsage
+from services.scheduler.liveness import FAULT_KINDS
 
 # Seconds: a minute to a week, roughly ×3 apart (training jobs, not requests).
 DURATION_BUCKETS = (60.0, 180.0, 600.0, 1800.0, 3600.0, 3 * 3600.0, 10 * 3600.0, 86400.0,
@@ -88,10 +90,11 @@ class MetricsCollector(Collector):
                                   "GPU-seconds held by running jobs (cluster time)",
                                   value=core.busy_gpu_s)
         faults = CounterMetricFamily("loom_job_faults_total",
-                                     "Jobs requeued off a lost or restarted node, and trainer "
-                                     "failures (each retry and each final failure)",
+                                     "Jobs requeued off a lost or restarted node, launches "
+                                     "refused or never started, and trainer failures (each "
+                                     "retry and each final failure)",
                                      labels=["kind"])
-        for kind in ("node-lost", "node-restarted", "trainer-failed"):
+        for kind in FAULT_KINDS:
             faults.add_metric([kind], core.faults.get(kind, 0))
         yield faults
         yield CounterMetricFamily("loom_decisions_total",
@@ -99,9 +102,35 @@ class MetricsCollector(Collector):
                                   value=core.decisions)
 
 
-def registry_for(core: MetricsCore, cluster: ClusterSpec) -> CollectorRegistry:
+class StreamCollector(Collector):
+    """The streams' fill as `StreamWatch` last polled it (`usage`: stream → its usage)."""
+
+    def __init__(self, usage: Mapping[str, StreamUsage]) -> None:
+        self.usage = usage
+
+    def collect(self) -> Iterator[Any]:
+        stored = GaugeMetricFamily("loom_stream_bytes", "Bytes a JetStream stream holds",
+                                   labels=["stream"])
+        limit = GaugeMetricFamily("loom_stream_max_bytes",
+                                  "A stream's max_bytes (-1: no limit)", labels=["stream"])
+        count = GaugeMetricFamily("loom_stream_messages", "Messages a stream holds",
+                                  labels=["stream"])
+        for name, u in sorted(self.usage.items()):
+            stored.add_metric([name], u.bytes)
+            limit.add_metric([name], u.max_bytes)
+            count.add_metric([name], u.messages)
+        yield stored
+        yield limit
+        yield count
+
+
+def registry_for(core: MetricsCore, cluster: ClusterSpec,
+                 streams: Mapping[str, StreamUsage] | None = None) -> CollectorRegistry:
+    """`streams`: the live streams' usage (`StreamWatch.latest`), exported when given."""
     registry = CollectorRegistry()
     registry.register(MetricsCollector(core, cluster))
+    if streams is not None:
+        registry.register(StreamCollector(streams))
     return registry
 
 

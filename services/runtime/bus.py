@@ -5,7 +5,7 @@ Both implementations (this one and `nats_bus.NatsSimBus`) promise the same seman
   `Nats-Msg-Id` de-duplication) and returns False;
 - deliveries happen in publish order, interleaved with timers by (time, priority, sequence);
 - a payload that cannot be decoded is dead-lettered on `loom.deadletter.<durable>` with the
-  reason, and delivery goes on.
+  reason (and its first `DEAD_LETTER_KEEP` bytes: `DeadLetter.kept`), and delivery goes on.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def decode_failure(exc: Exception) -> str:
 def dead_letter_envelope(
     sub: Subscription, subject: str, payload: bytes, reason: str, now: float, n: int
 ) -> Envelope:
-    body = DeadLetter(subject=subject, service=sub.durable, reason=reason, payload=payload)
+    body = DeadLetter.kept(subject=subject, service=sub.durable, reason=reason, payload=payload)
     return envelope(
         body, event_id=f"dlq.{sub.durable}.{n}", occurred_at=now, producer="bus", causation_id=None
     )

@@ -12,7 +12,8 @@ Publishes are pipelined: each is sent at once, in order on one connection, with 
 envelope's `event_id` as `Nats-Msg-Id` (JetStream drops a duplicate within its window), and
 the acknowledgements are awaited together (`flush`): one round trip for a cycle's plan and
 transitions instead of one each. A payload no decoder accepts is dead-lettered on
-`loom.deadletter.<service>` with the reason, then acknowledged.
+`loom.deadletter.<service>` with the reason, then acknowledged. Dead letters go to a bounded
+stream of their own (`ensure_stream`; limits in `services.runtime.stream_limits`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import nats
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    StorageType,
+    StreamConfig,
+)
 
 from schemas import subjects
-from schemas.codec import check_subject, encode
+from schemas.codec import MAX_EVENT_BYTES, check_origin, encode
 from schemas.events import Envelope
 from services.runtime.bus import (
     MSG_ID,
@@ -45,13 +53,16 @@ from services.runtime.logging import get_logger
 from services.runtime.nats_auth import NatsAuth
 from services.runtime.nats_errors import ErrorWatch, describe
 from services.runtime.service import RetryLater
+from services.runtime.stream_limits import (
+    DEADLETTER_MAX_MSG_BYTES,
+    DUPLICATE_WINDOW_S,
+    StreamLimits,
+    deadletter_stream,
+    differences,
+)
 
-DUPLICATE_WINDOW_S = 600.0
 MAX_DELIVER = 5
 ACK_WAIT_S = 60.0
-# A dead letter keeps this much of a refused payload: the whole one stays in the stream at
-# the sequence its id names, and a near-max_payload copy would not fit in a message itself.
-DEAD_LETTER_KEEP = 64 * 1024
 PUBLISH_RETRY_S = 60.0  # how long `flush` keeps re-sending unacknowledged publishes
 ACK_TIMEOUT_S = 5.0  # a publish not acknowledged by then is sent again (same Nats-Msg-Id)
 RETRY_DELAY_S = 0.5  # a failed handler's message comes back after this × its delivery count
@@ -71,20 +82,90 @@ def consumer_name(service: str, subject: str) -> str:
     return f"{safe}-{hashlib.sha1(subject.encode()).hexdigest()[:10]}"
 
 
+def event_stream_config(stream: str, prefix: str, replicas: int,
+                        limits: StreamLimits) -> StreamConfig:
+    """The run's history: full, it refuses new messages rather than drop old ones."""
+    return StreamConfig(
+        name=stream, subjects=[prefix + s for s in subjects.STREAM_SUBJECTS],
+        storage=StorageType.FILE, num_replicas=replicas, duplicate_window=DUPLICATE_WINDOW_S,
+        max_bytes=limits.max_bytes, max_age=limits.max_age_s, max_msg_size=MAX_EVENT_BYTES,
+        discard=DiscardPolicy.NEW)
+
+
+def deadletter_stream_config(stream: str, prefix: str, replicas: int,
+                             limits: StreamLimits) -> StreamConfig:
+    """Diagnostic copies (the originals stay in the history): full, it drops its oldest."""
+    return StreamConfig(
+        name=deadletter_stream(stream),
+        subjects=[prefix + s for s in subjects.DEADLETTER_SUBJECTS],
+        storage=StorageType.FILE, num_replicas=replicas, duplicate_window=DUPLICATE_WINDOW_S,
+        max_bytes=limits.deadletter_max_bytes, max_age=0.0,
+        max_msg_size=DEADLETTER_MAX_MSG_BYTES, discard=DiscardPolicy.OLD)
+
+
 async def ensure_stream(js: Any, stream: str = subjects.STREAM, prefix: str = "",
-                        replicas: int = 1) -> None:
-    """Create the cluster's stream (`loom.>`, file storage; `replicas` copies on a NATS
-    cluster) or leave an existing one as it is."""
-    cfg = StreamConfig(name=stream, subjects=[f"{prefix}loom.>"],
-                       duplicate_window=DUPLICATE_WINDOW_S, num_replicas=replicas)
+                        replicas: int = 1, limits: StreamLimits | None = None) -> str:
+    """Create the cluster's event stream and its dead-letter stream (file storage,
+    `replicas` copies on a NATS cluster, bounded by `limits`), or leave existing ones as they
+    are: a service may lack the right to update a stream, and an operator may have changed
+    it on purpose; a compared setting that differs from `limits` is logged as a warning.
+
+    Returns the stream dead letters go to: the dead-letter stream, or the event stream
+    itself where that was made before dead letters had their own (it holds `loom.>`, and
+    JetStream refuses a second stream on part of its subjects)."""
+    limits = limits or StreamLimits()
+    events = await _ensure(js, event_stream_config(stream, prefix, replicas, limits))
+    probe = prefix + subjects.deadletter("probe")
+    if any(subjects.matches(pattern, probe) for pattern in events.subjects or ()):
+        _log.warning("the event stream also holds dead letters (it predates their own "
+                     "stream); they are not bounded apart from it", stream=stream)
+        return stream
+    await _ensure(js, deadletter_stream_config(stream, prefix, replicas, limits))
+    return deadletter_stream(stream)
+
+
+async def _ensure(js: Any, cfg: StreamConfig) -> StreamConfig:
+    """The config of stream `cfg.name`, created as `cfg` if it did not exist."""
     try:
-        await js.stream_info(stream)
+        info = await js.stream_info(cfg.name)
     except nats.js.errors.NotFoundError:
-        await js.add_stream(cfg)
+        try:
+            created: StreamConfig = (await js.add_stream(cfg)).config
+            return created
+        except nats.js.errors.BadRequestError as exc:
+            try:  # another service created it meanwhile?
+                info = await js.stream_info(cfg.name)
+            except nats.js.errors.NotFoundError:  # no: refused (another stream's subjects)
+                raise exc from None
+    if diff := differences(info.config, cfg):
+        _log.warning("stream exists with other settings; left as it is", stream=cfg.name,
+                     **diff)
+    existing: StreamConfig = info.config
+    return existing
 
 
 class PublishFailed(RuntimeError):
     """JetStream did not acknowledge (store) a publish."""
+
+
+def surface_publish_errors(js: Any) -> None:
+    """Make JetStream's refusal of an async publish (a full stream: "maximum bytes
+    exceeded") fail its acknowledgement. nats-py 2.16 raises it inside the reply handler
+    instead, leaving the acknowledgement pending for ever (nats-io/nats.py#985), so `flush`
+    would see only timeouts. A no-op where nats-py's internals differ."""
+    handle = getattr(js, "_handle_async_reply", None)
+    if handle is None or not hasattr(js, "_publish_async_futures"):
+        return
+
+    async def handle_reply(msg: Any) -> None:
+        try:
+            await handle(msg)
+        except nats.js.errors.APIError as exc:
+            for token, future in list((js._publish_async_futures or {}).items()):
+                if msg.subject.endswith(token) and not future.done():
+                    future.set_exception(exc)
+
+    js._handle_async_reply = handle_reply
 
 
 def server_list(url: str) -> list[str]:
@@ -140,9 +221,11 @@ class NatsLiveBus:
                  stream: str = subjects.STREAM, prefix: str = "") -> None:
         self.nc = nc
         self.js = nc.jetstream()
+        surface_publish_errors(self.js)
         self.service = service
         self.now = now
         self.stream = stream
+        self.deadletters = deadletter_stream(stream)  # set by `connect` (see ensure_stream)
         self.prefix = prefix
         self.stats = BusStats()
         self.redelivers = True  # a handler's RetryLater comes back (see services.runtime.service)
@@ -156,11 +239,13 @@ class NatsLiveBus:
     @classmethod
     async def connect(cls, url: str, *, service: str, now: Callable[[], float],
                       stream: str = subjects.STREAM, prefix: str = "",
-                      replicas: int = 1, auth: NatsAuth | None = None) -> NatsLiveBus:
+                      replicas: int = 1, auth: NatsAuth | None = None,
+                      limits: StreamLimits | None = None) -> NatsLiveBus:
         """`url` may list several servers of a NATS cluster, comma-separated; `auth` the
-        credentials and TLS files to connect with. A refused login or TLS failure fails at
-        once and an absent server after SERVICE_CONNECT_RETRIES tries, as a `NatsProblem`
-        naming the cause; once connected, the client reconnects for ever."""
+        credentials and TLS files to connect with; `limits` those of the streams, if this
+        service creates them. A refused login or TLS failure fails at once and an absent
+        server after SERVICE_CONNECT_RETRIES tries, as a `NatsProblem` naming the cause;
+        once connected, the client reconnects for ever."""
         async def error(exc: Exception) -> None:
             fields = describe(exc)
             if "permission_denied" in fields:  # the server dropped it: this role lacks a right
@@ -175,7 +260,8 @@ class NatsLiveBus:
         nc.options["max_reconnect_attempts"] = -1
         bus = cls(nc, service=service, now=now, stream=stream, prefix=prefix)
         try:  # a role without the stream's rights is named now, not after a 5 s timeout
-            await watch.guard(ensure_stream(bus.js, stream, prefix, replicas))
+            bus.deadletters = await watch.guard(
+                ensure_stream(bus.js, stream, prefix, replicas, limits))
         except BaseException:
             await nc.close()
             raise
@@ -197,10 +283,15 @@ class NatsLiveBus:
         self.stats.published += 1
         return True
 
+    def stream_of(self, subject: str) -> str:
+        """The stream that stores `subject` (a subscription's pattern, or a subject)."""
+        return (self.deadletters if subject.startswith(subjects.DEADLETTER_PREFIX + ".")
+                else self.stream)
+
     async def _send(self, subject: str, payload: bytes, msg_id: str | None) -> Any:
         headers = None if msg_id is None else {MSG_ID: msg_id}
         return await self.js.publish_async(self.prefix + subject, payload, headers=headers,
-                                           stream=self.stream)
+                                           stream=self.stream_of(subject))
 
     async def flush(self, retry_s: float = PUBLISH_RETRY_S) -> None:
         """Wait until JetStream has stored everything published so far; raise if it has not.
@@ -251,7 +342,8 @@ class NatsLiveBus:
             await self._deliver(sub, msg)
 
         name = consumer_name(durable, subject)
-        start = await self._rewind(name) if self.rewind else None
+        stream = self.stream_of(subject)
+        start = await self._rewind(stream, name) if self.rewind else None
         # One unacknowledged message at a time: a service handles its messages one by one
         # anyway, and a message handed back for a retry is then not overtaken by the next.
         config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.EXPLICIT,
@@ -259,17 +351,17 @@ class NatsLiveBus:
         if start is not None:
             config.deliver_policy, config.opt_start_seq = DeliverPolicy.BY_START_SEQUENCE, start
         self._subs.append(await self.js.subscribe(
-            self.prefix + subject, durable=name, stream=self.stream, cb=deliver,
+            self.prefix + subject, durable=name, stream=stream, cb=deliver,
             manual_ack=True, config=config))
 
-    async def _rewind(self, name: str) -> int | None:
+    async def _rewind(self, stream: str, name: str) -> int | None:
         """Replace a durable consumer by one that starts after its acknowledgement floor
         (None: there was none)."""
         try:
-            info = await self.js.consumer_info(self.stream, name)
+            info = await self.js.consumer_info(stream, name)
         except nats.js.errors.NotFoundError:
             return None
-        await self.js.delete_consumer(self.stream, name)
+        await self.js.delete_consumer(stream, name)
         return int(info.ack_floor.stream_seq) + 1
 
     async def _deliver(self, sub: Subscription, msg: Any) -> None:
@@ -277,11 +369,10 @@ class NatsLiveBus:
         fallback = fallback_id((msg.headers or {}).get(MSG_ID), msg.metadata.sequence.stream)
         try:
             env = sub.decoder(msg.data, fallback_id=fallback, now=self.now())
-            check_subject(subject, env.type)  # e.g. no operator command as a node status
+            check_origin(subject, env)  # no operator command as a node status, no node for another
         except Exception as exc:  # any undecodable payload is dead-lettered, then dropped
             self.stats.dead_lettered += 1
-            dl = dead_letter_envelope(sub, subject, msg.data[:DEAD_LETTER_KEEP],
-                                      decode_failure(exc), self.now(),
+            dl = dead_letter_envelope(sub, subject, msg.data, decode_failure(exc), self.now(),
                                       msg.metadata.sequence.stream)
             await self.publish(subjects.deadletter(sub.durable), dl)
             await self.flush()

@@ -94,7 +94,8 @@ class Shell:
     async def _dead_letter(self, env: Envelope, reason: str) -> None:
         """Keep the message and why it failed (publish first: nothing may stop that)."""
         self.errors += 1
-        body = DeadLetter(subject=env.type, service=self.name, reason=reason, payload=encode(env))
+        body = DeadLetter.kept(subject=env.type, service=self.name, reason=reason,
+                               payload=encode(env))
         await self.bus.publish(subjects.deadletter(self.name), self._wrap(body, None, env.event_id))
         self._log("error", "message dead-lettered", event_type=env.type, event_id=env.event_id,
                   reason=reason, trace=traceback.format_exc(limit=3))

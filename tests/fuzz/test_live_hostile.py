@@ -23,9 +23,8 @@ from loom.serve import ServeOptions, build_service, control_subject, ping, serve
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode
-from schemas.events import DeadLetter
+from schemas.events import DEAD_LETTER_KEEP, DeadLetter
 from services.runtime.bus import MSG_ID
-from services.runtime.nats_live import DEAD_LETTER_KEEP
 from services.runtime.natsserver import EmbeddedNats
 from tests.fuzz.payloads import SAMPLE_BODIES, draw_many, edge_cases, hostile
 
@@ -103,7 +102,7 @@ async def test_hostile_payloads_are_dead_lettered_and_valid_jobs_still_finish(
 
         want = {f"ok-{i}": "finished" for i in range(VALID_JOBS)}
         for _ in range(3000):  # up to 5 minutes: a loaded CI machine is slow, not wrong
-            info = await js.stream_info(subjects.STREAM,
+            info = await js.stream_info(subjects.DEADLETTER_STREAM,
                                         subjects_filter=f"{subjects.DEADLETTER_PREFIX}.>")
             stored = sum((info.state.subjects or {}).values())
             if stored >= sum(expected.values()) and await scheduler_jobs(nc) == want:
