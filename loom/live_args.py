@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.nats_auth import add_arguments as add_nats_auth
+from services.runtime.stream_limits import StreamLimits, parse_age, parse_bytes
 
 SERVICES = ("scheduler", "placer", "metrics", "injector", "nodeagent")
 COMMANDS = ("serve", "up", "submit", "status", "demo", "cancel", "suspend", "resume", "drain",
@@ -61,6 +62,60 @@ def add_connection(parser: argparse.ArgumentParser, *, default: str | None,
                         help=help + (f" ({', '.join(aliases)}: deprecated alias)"
                                      if aliases else ""))
     add_nats_auth(parser)
+
+
+def add_fault_arguments(faults: Any) -> None:
+    """The scheduler's node-fault flags: `serve scheduler` reads them, `up` passes them on to
+    the scheduler it starts (one list, so the two cannot drift apart)."""
+    faults.add_argument("--node-misses", type=int, default=3, metavar="N",
+                        help="a node that misses N heartbeats is lost: its jobs are requeued "
+                             "(default 3)")
+    faults.add_argument("--launch-timeout-s", type=float, default=120.0, metavar="S",
+                        help="a launched job its node has not shown started within S seconds "
+                             "frees its GPUs and counts as a failed attempt (0: never; "
+                             "default 120)")
+    faults.add_argument("--retry-attempts", type=int, default=3, metavar="N",
+                        help="a job fails for good at its trainer's Nth failure (default 3)")
+    faults.add_argument("--retry-base-s", type=float, default=10.0,
+                        help="backoff before the first retry (default 10)")
+    faults.add_argument("--retry-factor", type=float, default=2.0,
+                        help="backoff growth per failure (default 2)")
+    faults.add_argument("--retry-cap-s", type=float, default=300.0,
+                        help="longest backoff (default 300)")
+    faults.add_argument("--retry-jitter", type=float, default=0.0,
+                        help="spread each backoff by up to this fraction, seeded by --seed "
+                             "(default 0)")
+
+
+def add_stream_arguments(streams: Any) -> None:
+    """The bounds of the cluster's streams (docs/architecture.md, "Bounded storage"):
+    whichever service starts first creates them, so `up` passes these to every service."""
+    limits = StreamLimits()
+    streams.add_argument("--stream-max-bytes", type=_size, default=limits.max_bytes,
+                         metavar="SIZE", help="the event stream's limit, e.g. 500M, 8G; "
+                         "full, it refuses new messages (default 8G)")
+    streams.add_argument("--stream-max-age", type=_age, default=limits.max_age_s,
+                         metavar="AGE", help="drop events older than AGE (seconds, or 36h, "
+                         "30d, 2w); it must outlast every job, as a restarted scheduler "
+                         "rebuilds from the stream (default 0: never)")
+    streams.add_argument("--deadletter-max-bytes", type=_size,
+                         default=limits.deadletter_max_bytes, metavar="SIZE",
+                         help="the dead-letter stream's limit; full, it drops its oldest "
+                              "(default 256M)")
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _age(text: str) -> float:
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
@@ -117,25 +172,8 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     agent.add_argument("--advertise-addr", default="127.0.0.1",
                        help="this node's address as other nodes' trainers reach it (rank 0 "
                             "of a job led here listens on it; default 127.0.0.1, one machine)")
-    faults = s.add_argument_group("scheduler: node faults")
-    faults.add_argument("--node-misses", type=int, default=3, metavar="N",
-                        help="a node that misses N heartbeats is lost: its jobs are requeued "
-                             "(default 3)")
-    faults.add_argument("--launch-timeout-s", type=float, default=120.0, metavar="S",
-                        help="a launched job its node has not shown started within S seconds "
-                             "frees its GPUs and counts as a failed attempt (0: never; "
-                             "default 120)")
-    faults.add_argument("--retry-attempts", type=int, default=3, metavar="N",
-                        help="a job fails for good at its trainer's Nth failure (default 3)")
-    faults.add_argument("--retry-base-s", type=float, default=10.0,
-                        help="backoff before the first retry (default 10)")
-    faults.add_argument("--retry-factor", type=float, default=2.0,
-                        help="backoff growth per failure (default 2)")
-    faults.add_argument("--retry-cap-s", type=float, default=300.0,
-                        help="longest backoff (default 300)")
-    faults.add_argument("--retry-jitter", type=float, default=0.0,
-                        help="spread each backoff by up to this fraction, seeded by --seed "
-                             "(default 0)")
+    add_fault_arguments(s.add_argument_group("scheduler: node faults"))
+    add_stream_arguments(s.add_argument_group("streams (created by the first service)"))
     agent.add_argument("--heartbeat-s", type=positive, default=5.0,
                        help="seconds between heartbeats (default 5)")
     agent.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
@@ -162,6 +200,10 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                         "ones (time-scaled)")
     u.add_argument("--prometheus-port", type=int, default=9464,
                    help="Prometheus /metrics of the metrics service (default 9464; 0: off)")
+    u.add_argument("--seed", type=int, default=0,
+                   help="the scheduler's seed, as `serve --seed` (default 0)")
+    add_fault_arguments(u.add_argument_group("scheduler: node faults"))
+    add_stream_arguments(u.add_argument_group("streams"))
     add_connection(u, default=None,
                    help="use this NATS server (default: start an embedded one)")
 

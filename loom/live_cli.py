@@ -27,8 +27,11 @@ from schemas.job import SubmitJob
 from schemas.tenants import load_tenants
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_auth import NatsAuth
-from services.runtime.nats_live import ensure_stream, with_connection
+from services.runtime.nats_errors import NatsNoStreamError
+from services.runtime.nats_live import with_connection
+from services.runtime.stream_limits import StreamLimits
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
+from services.trainer.catalog import FAMILIES, for_trace_model
 from traces import load_cluster, load_trace
 
 
@@ -75,22 +78,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         prometheus_addr=args.prometheus_addr,
                         advertise_addr=args.advertise_addr,
                         stream_replicas=args.stream_replicas, auth=NatsAuth.from_args(args),
+                        stream_limits=stream_limits(args),
                         heartbeat_s=args.heartbeat_s,
                         checkpoint_every=args.checkpoint_every,
-                        liveness=LivenessConfig(misses=args.node_misses,
-                                                launch_timeout_s=args.launch_timeout_s),
-                        job_user=args.job_user,
-                        retry=RetryPolicy(max_attempts=args.retry_attempts,
-                                          base_s=args.retry_base_s, factor=args.retry_factor,
-                                          cap_s=args.retry_cap_s, jitter=args.retry_jitter,
-                                          seed=args.seed),
+                        liveness=liveness_config(args), job_user=args.job_user,
+                        retry=retry_policy(args),
                         tenants=load_tenants(args.tenants) if args.tenants else None,
                         replica=args.replica, lease_s=args.lease_s, renew_s=args.renew_s)
     return asyncio.run(serve(opts))
 
 
+def liveness_config(args: argparse.Namespace) -> LivenessConfig:
+    """The scheduler's lost-node and launch deadlines (`live_args.add_fault_arguments`)."""
+    return LivenessConfig(misses=args.node_misses, launch_timeout_s=args.launch_timeout_s)
+
+
+def retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    """The scheduler's backoff for failed trainers (`live_args.add_fault_arguments`)."""
+    return RetryPolicy(max_attempts=args.retry_attempts, base_s=args.retry_base_s,
+                       factor=args.retry_factor, cap_s=args.retry_cap_s,
+                       jitter=args.retry_jitter, seed=args.seed)
+
+
+def stream_limits(args: argparse.Namespace) -> StreamLimits:
+    """The streams' bounds (`live_args.add_stream_arguments`); a bad one names its flag."""
+    return StreamLimits(max_bytes=args.stream_max_bytes, max_age_s=args.stream_max_age,
+                        deadletter_max_bytes=args.deadletter_max_bytes)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     auth = NatsAuth.from_args(args)
+    # Built here, so a bad value fails `up` itself, not the scheduler process it starts.
+    liveness, retry = liveness_config(args), retry_policy(args)
+    limits = stream_limits(args)
     tenants = _checked_tenants(args.tenants)
     if args.local_nodes is not None and (args.local_nodes < 1 or args.gpus_per_node < 1):
         raise ValueError("--local-nodes and --gpus-per-node must be at least 1")
@@ -114,7 +134,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                          time_scale=args.time_scale, local_nodes=args.local_nodes is not None,
                          log_level=args.log_level, prometheus_port=args.prometheus_port or None,
                          trainers=args.trainers, gpus_per_node=args.gpus_per_node,
-                         state_dir=Path(tmp), auth=auth, tenants=tenants)
+                         state_dir=Path(tmp), auth=auth, tenants=tenants,
+                         liveness=liveness, retry=retry, stream_limits=limits)
         return asyncio.run(up(opts))
 
 
@@ -149,21 +170,41 @@ async def _submit(args: argparse.Namespace, job_id: str) -> str:
                 body[key] = getattr(args, key)
     elif args.env or args.cwd or args.progress_regex:
         raise ValueError("--env, --cwd and --progress-regex need --command")
+    else:
+        check_model(args.model)  # a command job's model is only its label
     SubmitJob.model_validate(body)  # a bad job is refused here, not dead-lettered there
 
     async def send(nc: Any) -> str:
         if args.deadline_in is not None:
             state = await _state(nc)
             body["deadline_s"] = state["now"] + args.deadline_in
-        js = nc.jetstream()
-        await ensure_stream(js)
         # The same bytes `nats pub loom.jobs.submit '<json>'` sends, with the id as Nats-Msg-Id
-        # so a retried submit is dropped as a duplicate.
-        await js.publish(subjects.JOB_SUBMIT, json.dumps(body).encode(),
-                         headers={MSG_ID: f"submit.{job_id}"})
+        # so a retried submit is dropped as a duplicate. People have no JetStream API of their
+        # own (deploy/nats/accounts.conf), only the stream's acknowledgement of the publish.
+        try:
+            await nc.jetstream().publish(subjects.JOB_SUBMIT, json.dumps(body).encode(),
+                                         headers={MSG_ID: f"submit.{job_id}"})
+        except nats.js.errors.NoStreamResponseError:
+            raise NatsNoStreamError(
+                f"no stream at {args.nats_url} stores {subjects.JOB_SUBMIT}: the cluster is "
+                "not up (`loom up`, or `loom serve scheduler`, creates it)") from None
         return job_id
 
     return await with_connection(args.nats_url, NatsAuth.from_args(args), send)
+
+
+# Named in check_model's message; tests/cli/test_submit.py checks that each is accepted.
+TRACE_MODEL_EXAMPLES = ("resnet50", "vgg16", "bert", "gpt2", "a2c")
+
+
+def check_model(model: str) -> None:
+    """Refuse a model no trainer runs, before anything is sent: the scheduler would accept the
+    job, then every node agent would fail to launch it. The rule is the node agent's
+    (`services.nodeagent.agent.family_of`): a workload family, or a trace model name of one."""
+    if model not in FAMILIES and for_trace_model(model) is None:
+        raise ValueError(f"loom submit: unknown model {model!r}; known models: "
+                         f"{', '.join(sorted(FAMILIES))} (or a trace model name of these "
+                         f"families, such as {', '.join(TRACE_MODEL_EXAMPLES)})")
 
 
 def _pair(text: str) -> tuple[str, str]:

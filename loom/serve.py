@@ -38,6 +38,7 @@ from schemas.tenants import TenantsConfig
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
 from services.metrics.prometheus import registry_for, serve_http
+from services.metrics.stream_usage import StreamWatch
 from services.nodeagent.agent import DEFAULT_GRACE_S, TrainerNodeCore, TrainerSettings
 from services.nodeagent.gpu import FakeBackend, GpuBackend, detect_backend
 from services.nodeagent.jobuser import JobUser
@@ -52,6 +53,7 @@ from services.runtime.nats_auth import NatsAuth
 from services.runtime.nats_live import NatsLiveBus, server_list
 from services.runtime.natsserver import EmbeddedNats
 from services.runtime.service import Core, Shell
+from services.runtime.stream_limits import StreamLimits
 from services.scheduler.core import SchedulerCore
 from services.scheduler.leader import Elector, FencedShell, LeaseStore, Replica, Term
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
@@ -83,6 +85,7 @@ class ServeOptions:
     prometheus_port: int | None = None  # metrics: serve /metrics here
     prometheus_addr: str = "127.0.0.1"
     stream_replicas: int = 1  # copies of the event stream on a NATS cluster
+    stream_limits: StreamLimits = field(default_factory=StreamLimits)  # if it creates them
     trainers: str = "simulated"  # nodeagent: "pytorch" (real trainer processes) or "simulated"
     fake_gpus: int | None = None  # nodeagent: K fake GPUs instead of NVML/DCGM discovery
     gpu_backend: str = "auto"  # nodeagent: auto | dcgm | nvml
@@ -181,7 +184,8 @@ def job_row(core: SchedulerCore, job_id: str, now: float) -> dict[str, Any]:
             eta = now + (rec.spec.iterations - done) * rec.iteration_s
     return {"job_id": job_id, "state": rec.state.value if rec.state else "rejected",
             "reason": status.reason, "queue_position": status.queue_position,
-            "gpus": rec.spec.gpus, "iterations": rec.spec.iterations,
+            "gpus": rec.spec.gpus, "nodes": sorted({n for n, _ in rec.placement}),
+            "iterations": rec.spec.iterations,
             "done": round(done, 1), "eta": eta, "tenant": rec.spec.tenant,
             "model": rec.spec.model}
 
@@ -195,7 +199,8 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     clock = WallClock(epoch=0.0 if opts.origin is not None else None, scale=opts.time_scale,
                       origin=opts.origin)
     bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
-                                    replicas=opts.stream_replicas, auth=opts.auth)
+                                    replicas=opts.stream_replicas, auth=opts.auth,
+                                    limits=opts.stream_limits)
     # Event ids must not repeat across restarts (JetStream would drop them as duplicates).
     run_id = f"{core.name}.{int(time.time())}.{secrets.token_hex(3)}"
     # A scheduler or simulated node agent that restarts picks up where it died.
@@ -222,11 +227,15 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
         description=f"Loom {opts.service}", metadata={"core": core.name},
         stats_handler=stats)
     await micro.add_endpoint(name="state", subject=control_subject(core.name), handler=state)
-    exporter = None
-    if opts.prometheus_port is not None and isinstance(core, MetricsCore):
-        exporter = serve_http(registry_for(core, opts.cluster), opts.prometheus_port,
-                              opts.prometheus_addr)
+    exporter = watch = None
+    if isinstance(core, MetricsCore):  # it also watches how full the streams are
+        watch = StreamWatch(bus.js, [bus.stream, bus.deadletters])
+        if opts.prometheus_port is not None:
+            exporter = serve_http(registry_for(core, opts.cluster, watch.latest),
+                                  opts.prometheus_port, opts.prometheus_addr)
     await shell.start()
+    if watch is not None:
+        watch.start()
     await shell.apply(recovered, None)
     await bus.flush()
     log.info("serving", service=core.name, nats=opts.nats_url)
@@ -238,6 +247,8 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
             await shell.stop()  # trainers checkpoint; their last reports go out
         if exporter is not None:
             exporter.shutdown()
+        if watch is not None:
+            await watch.stop()
         await micro.stop()
         await bus.close()
         _drop_signals(signals)
@@ -253,7 +264,7 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
                       origin=opts.origin)
     control = await NatsLiveBus.connect(opts.nats_url, service=f"scheduler-{opts.replica}",
                                         now=clock.now, replicas=opts.stream_replicas,
-                                        auth=opts.auth)
+                                        auth=opts.auth, limits=opts.stream_limits)
     store = await LeaseStore.open(control.js, replicas=opts.stream_replicas)
     leading: list[SchedulerCore] = []
 
@@ -262,7 +273,8 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
         assert isinstance(core, SchedulerCore)
         core.term = term
         bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
-                                        replicas=opts.stream_replicas, auth=opts.auth)
+                                        replicas=opts.stream_replicas, auth=opts.auth,
+                                        limits=opts.stream_limits)
         run_id = f"{core.name}.t{term}.{opts.replica}.{secrets.token_hex(3)}"
         shell = FencedShell(core, bus, clock, run_id=run_id, leading=valid)
         try:
@@ -336,6 +348,49 @@ class UpOptions:
     state_dir: Path = Path("/var/lib/loom")  # checkpoints of local node agents go under it
     auth: NatsAuth = field(default_factory=NatsAuth)  # children get it as LOOM_NATS_* vars
     tenants: str | None = None  # the scheduler's tenants file
+    liveness: LivenessConfig = field(default_factory=LivenessConfig)  # scheduler: lost nodes
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # scheduler: failed trainers; seed
+    stream_limits: StreamLimits = field(default_factory=StreamLimits)  # every service gets them
+
+
+def stream_flags(limits: StreamLimits) -> list[str]:
+    """The `serve` flags that rebuild `limits` in a child: any service may create the
+    streams, whichever starts first."""
+    return ["--stream-max-bytes", str(limits.max_bytes),
+            "--stream-max-age", format(limits.max_age_s, "f"),
+            "--deadletter-max-bytes", str(limits.deadletter_max_bytes)]
+
+
+def fault_flags(liveness: LivenessConfig, retry: RetryPolicy) -> list[str]:
+    """The `serve scheduler` flags that rebuild `liveness` and `retry` in the child (repr:
+    a float goes through the command line unchanged)."""
+    return ["--node-misses", str(liveness.misses),
+            "--launch-timeout-s", repr(liveness.launch_timeout_s),
+            "--retry-attempts", str(retry.max_attempts), "--retry-base-s", repr(retry.base_s),
+            "--retry-factor", repr(retry.factor), "--retry-cap-s", repr(retry.cap_s),
+            "--retry-jitter", repr(retry.jitter), "--seed", str(retry.seed)]
+
+
+def up_commands(opts: UpOptions, url: str, origin: float) -> list[list[str]]:
+    """The `loom serve` argument lists of the processes `up` starts: control plane first."""
+    common = ["--nats-url", url, "--cluster", opts.cluster_arg, "--time-scale",
+              str(opts.time_scale), "--origin", repr(origin), "--overhead", opts.overhead,
+              "--log-level", opts.log_level, *stream_flags(opts.stream_limits)]
+    commands = [[svc, *common] for svc in CONTROL_PLANE]
+    commands[0] += ["--policy", opts.policy, *fault_flags(opts.liveness, opts.retry)]
+    if opts.prometheus_port is not None:
+        commands[CONTROL_PLANE.index("metrics")] += ["--prometheus-port",
+                                                     str(opts.prometheus_port)]
+    if opts.round_s is not None:
+        commands[0] += ["--round-s", str(opts.round_s)]
+    if opts.tenants is not None:
+        commands[0] += ["--tenants", opts.tenants]
+    if opts.local_nodes:
+        agent = ["--trainers", opts.trainers, "--fake-gpus", str(opts.gpus_per_node),
+                 "--checkpoint-root", str(opts.state_dir / "checkpoints")]
+        commands += [["nodeagent", "--node", n.node_id, *agent, *common]
+                     for n in opts.cluster.nodes]
+    return commands
 
 
 async def up(opts: UpOptions, ready: asyncio.Event | None = None,
@@ -351,24 +406,7 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
         url = server.url
     if url_out is not None:
         url_out.append(url)
-    origin = time.time()
-    common = ["--nats-url", url, "--cluster", opts.cluster_arg, "--time-scale",
-              str(opts.time_scale), "--origin", repr(origin), "--overhead", opts.overhead,
-              "--log-level", opts.log_level]
-    commands = [[svc, *common] for svc in CONTROL_PLANE]
-    commands[0] += ["--policy", opts.policy]
-    if opts.prometheus_port is not None:
-        commands[CONTROL_PLANE.index("metrics")] += ["--prometheus-port",
-                                                     str(opts.prometheus_port)]
-    if opts.round_s is not None:
-        commands[0] += ["--round-s", str(opts.round_s)]
-    if opts.tenants is not None:
-        commands[0] += ["--tenants", opts.tenants]
-    if opts.local_nodes:
-        agent = ["--trainers", opts.trainers, "--fake-gpus", str(opts.gpus_per_node),
-                 "--checkpoint-root", str(opts.state_dir / "checkpoints")]
-        commands += [["nodeagent", "--node", n.node_id, *agent, *common]
-                     for n in opts.cluster.nodes]
+    commands = up_commands(opts, url, time.time())
     children = []
     signals: list[signal.Signals] = []
     if stop is None:

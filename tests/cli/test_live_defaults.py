@@ -45,7 +45,7 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize("argv", [
     ["status"],
-    ["submit", "--model", "m", "--gpus", "1", "--iterations", "5"],
+    ["submit", "--model", "cnn", "--gpus", "1", "--iterations", "5"],
     ["cancel", "job-1"],
     ["log", "export", "--out", "run.eventlog.gz"],
 ])

@@ -67,7 +67,7 @@ def test_a_taken_prometheus_port_is_named_before_anything_starts(
 
 @pytest.mark.parametrize("argv", [
     ["status"],
-    ["submit", "--model", "m", "--gpus", "1", "--iterations", "5"],
+    ["submit", "--model", "cnn", "--gpus", "1", "--iterations", "5"],
     ["cancel", "job-1"],
     ["log", "export", "--out", "run.eventlog.gz"],
     ["serve", "scheduler", "--cluster", "n1g4"],

@@ -1,0 +1,101 @@
+"""`loom up` takes the scheduler's node-fault flags that `loom serve` takes, and the scheduler it
+starts gets them: checked through `loom.cli.main` both ways, without starting a process.
+
+`up` once had no --launch-timeout-s (nor the retry flags): its scheduler always ran with
+`serve`'s defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from loom import live_cli
+from loom.cli import build_parser, main
+from loom.serve import ServeOptions, UpOptions, up_commands
+from services.scheduler.liveness import LivenessConfig, RetryPolicy
+
+FAULT_FLAGS = ["--node-misses", "5", "--launch-timeout-s", "7.5", "--retry-attempts", "4",
+               "--retry-base-s", "1.5", "--retry-factor", "3", "--retry-cap-s", "60",
+               "--retry-jitter", "0.25", "--seed", "9"]
+
+
+async def _done() -> int:
+    return 0
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> dict[str, ServeOptions]:
+    """What each process `up` would start is given: its `loom serve` options by service.
+
+    The stand-in for `up` runs when `cmd_up` builds its coroutine: before the event loop
+    starts (so each child's `main` may run its own) and while the cluster file `up` wrote
+    still exists. Every child's argv goes through `main`, as the child's would."""
+    served: dict[str, ServeOptions] = {}
+
+    def serve(opts: ServeOptions) -> Coroutine[Any, Any, int]:
+        served[opts.service] = opts
+        return _done()
+
+    def up(opts: UpOptions) -> Coroutine[Any, Any, int]:
+        for argv in up_commands(opts, "nats://127.0.0.1:4222", origin=0.0):
+            assert main(["serve", *argv]) == 0
+        return _done()
+
+    monkeypatch.setattr(live_cli, "serve", serve)
+    monkeypatch.setattr(live_cli, "up", up)
+    return served
+
+
+UP = ["up", "--local-nodes", "1", "--gpus-per-node", "2", "--prometheus-port", "0"]
+
+
+@pytest.mark.parametrize(("flags", "liveness", "retry"), [
+    ([], LivenessConfig(), RetryPolicy()),  # `serve`'s defaults
+    (FAULT_FLAGS, LivenessConfig(misses=5, launch_timeout_s=7.5),
+     RetryPolicy(max_attempts=4, base_s=1.5, factor=3.0, cap_s=60.0, jitter=0.25, seed=9)),
+    (["--launch-timeout-s", "0"], LivenessConfig(launch_timeout_s=0.0), RetryPolicy()),
+    (["--launch-timeout-s", "0.1"], LivenessConfig(launch_timeout_s=0.1), RetryPolicy()),
+], ids=["defaults", "all", "never", "fraction"])
+def test_the_scheduler_up_starts_gets_the_fault_flags(
+        started: dict[str, ServeOptions], flags: list[str], liveness: LivenessConfig,
+        retry: RetryPolicy) -> None:
+    assert main([*UP, *flags]) == 0
+    assert set(started) == {"scheduler", "placer", "metrics", "nodeagent"}
+    assert (started["scheduler"].liveness, started["scheduler"].retry) == (liveness, retry)
+    assert started["scheduler"].seed == retry.seed  # the policy's seed too, as `serve`'s
+
+
+def test_up_with_a_cluster_passes_them_too(started: dict[str, ServeOptions]) -> None:
+    assert main(["up", "--cluster", "n1g4", "--prometheus-port", "0", *FAULT_FLAGS]) == 0
+    assert set(started) == {"scheduler", "placer", "metrics"}  # no local agents
+    assert started["scheduler"].liveness.launch_timeout_s == 7.5
+
+
+@pytest.mark.parametrize(("flags", "error"), [
+    (["--node-misses", "0"], "liveness misses must be >= 1"),
+    (["--launch-timeout-s", "-1"], "launch timeout must be >= 0 s"),
+    (["--retry-factor", "0.5"], "retry needs base_s >= 0, factor >= 1"),
+    (["--retry-jitter", "1"], "retry jitter must be in [0, 1)"),
+])
+def test_a_bad_value_fails_up_before_anything_starts(
+        started: dict[str, ServeOptions], flags: list[str], error: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*UP, *flags]) == 2
+    assert error in capsys.readouterr().err
+    assert started == {}
+
+
+def _options(parser: argparse.ArgumentParser, group: str) -> set[str]:
+    (found,) = (g for g in parser._action_groups if g.title == group)
+    return {flag for action in found._group_actions for flag in action.option_strings}
+
+
+def test_up_has_every_fault_flag_serve_has() -> None:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    serve_flags = _options(sub.choices["serve"], "scheduler: node faults")
+    assert "--launch-timeout-s" in serve_flags
+    assert serve_flags == _options(sub.choices["up"], "scheduler: node faults")
