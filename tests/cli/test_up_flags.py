@@ -1,5 +1,7 @@
 """`loom up` takes the scheduler's node-fault flags that `loom serve` takes, and the scheduler it
-starts gets them: checked through `loom.cli.main` both ways, without starting a process.
+starts gets them; both take the streams' bounds (--stream-max-bytes, --stream-max-age,
+--deadletter-max-bytes), which `up` passes to every service it starts (whichever starts first
+creates the streams). Checked through `loom.cli.main` both ways, without starting a process.
 
 `up` once had no --launch-timeout-s (nor the retry flags): its scheduler always ran with
 `serve`'s defaults.
@@ -16,6 +18,7 @@ import pytest
 from loom import live_cli
 from loom.cli import build_parser, main
 from loom.serve import ServeOptions, UpOptions, up_commands
+from services.runtime.stream_limits import GIB, MIB, StreamLimits
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
 
 FAULT_FLAGS = ["--node-misses", "5", "--launch-timeout-s", "7.5", "--retry-attempts", "4",
@@ -99,3 +102,46 @@ def test_up_has_every_fault_flag_serve_has() -> None:
     serve_flags = _options(sub.choices["serve"], "scheduler: node faults")
     assert "--launch-timeout-s" in serve_flags
     assert serve_flags == _options(sub.choices["up"], "scheduler: node faults")
+
+
+# -- the streams' bounds --------------------------------------------------------------------
+@pytest.mark.parametrize(("flags", "limits"), [
+    ([], StreamLimits()),
+    (["--stream-max-bytes", "500M", "--stream-max-age", "30d",
+      "--deadletter-max-bytes", "64M"],
+     StreamLimits(max_bytes=500 * MIB, max_age_s=30 * 86400.0, deadletter_max_bytes=64 * MIB)),
+    (["--stream-max-bytes", "2GiB", "--stream-max-age", "3600"],
+     StreamLimits(max_bytes=2 * GIB, max_age_s=3600.0)),
+], ids=["defaults", "all", "some"])
+def test_every_service_up_starts_gets_the_stream_limits(
+        started: dict[str, ServeOptions], flags: list[str], limits: StreamLimits) -> None:
+    assert main([*UP, *flags]) == 0
+    assert set(started) == {"scheduler", "placer", "metrics", "nodeagent"}
+    assert {s: o.stream_limits for s, o in started.items()} == dict.fromkeys(started, limits)
+
+
+def test_serve_takes_them_itself(started: dict[str, ServeOptions]) -> None:
+    assert main(["serve", "placer", "--cluster", "n1g4", "--stream-max-bytes", "1G"]) == 0
+    assert started["placer"].stream_limits == StreamLimits(max_bytes=GIB)
+
+
+@pytest.mark.parametrize(("flags", "error"), [
+    (["--stream-max-bytes", "1K"], "--stream-max-bytes 1024: must be at least 1048576 bytes"),
+    (["--stream-max-age", "60"], "--stream-max-age 60 s: 0 (no age limit) or from 600 s"),
+    (["--deadletter-max-bytes", "1K"], "--deadletter-max-bytes 1024: must be at least"),
+])
+def test_a_bad_limit_fails_up_itself_naming_the_flag(
+        started: dict[str, ServeOptions], flags: list[str], error: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*UP, *flags]) == 2
+    assert error in " ".join(capsys.readouterr().err.split())
+    assert started == {}  # nothing was started
+
+
+@pytest.mark.parametrize("flags", [["--stream-max-bytes", "8X"], ["--stream-max-age", "3y"]])
+def test_a_value_that_is_not_a_size_or_age_is_a_usage_error(
+        flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([*UP, *flags])
+    assert exit_.value.code == 2
+    assert "is not a" in capsys.readouterr().err
