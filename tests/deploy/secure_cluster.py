@@ -173,6 +173,16 @@ async def publish_denied(nc: Any, errors: list[str], subject: str) -> None:
                for e in errors[before:]), errors
 
 
+FLAGS = {"user": "--nats-user", "password": "--nats-password", "tls_ca": "--nats-tls-ca",
+         "tls_cert": "--nats-tls-cert", "tls_key": "--nats-tls-key"}
+
+
+def flags(auth: NatsAuth) -> list[str]:
+    """The command-line flags that log in as `auth`."""
+    return [arg for name, flag in FLAGS.items() if getattr(auth, name) is not None
+            for arg in (flag, str(getattr(auth, name)))]
+
+
 def cluster_opts(service: str, srv: Server, tls: Tls, node: str = "n0",
                  cluster: ClusterSpec | None = None) -> ServeOptions:
     user = f"node-{node}" if service == "nodeagent" else service
@@ -228,15 +238,14 @@ class Services:
         return [await self.stop(s) for s in list(self.running)]
 
     async def submit(self, job_id: str, *command: str, iterations: int = 5) -> None:
-        """`loom submit` as the submitter, its password and TLS files in its environment."""
-        env = {**os.environ, **as_user("submitter", self.srv, self.tls).to_env()}
-        done = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "loom.cli", "submit", "--nats-url",
-                             self.srv.url, "--model", "mnist-like", "--gpus", "1",
-                             "--iterations", str(iterations), "--job-id", job_id,
-                             "--command", *command],
-            capture_output=True, text=True, timeout=60, env=env)
-        assert done.returncode == 0, done.stderr
+        """`loom submit` as the submitter (`loom.cli.main`, in a thread: the process is
+        test_services_logged_in_as_themselves_run_a_job_end_to_end's)."""
+        from loom.cli import main
+
+        argv = ["submit", "--nats-url", self.srv.url, "--model", "mnist-like", "--gpus", "1",
+                "--iterations", str(iterations), "--job-id", job_id,
+                *flags(as_user("submitter", self.srv, self.tls)), "--command", *command]
+        assert await asyncio.to_thread(main, argv) == 0
 
     async def jobs(self) -> dict[str, dict[str, Any]]:
         reply = await self.admin.request(control_subject("scheduler"), b"", timeout=5)

@@ -39,6 +39,7 @@ from tests.deploy.secure_cluster import (
     check,
     cluster_opts,
     connect,
+    flags,
     password,
     publish_denied,
     stored,
@@ -289,15 +290,6 @@ async def test_an_nkey_user_logs_in_with_its_seed_file(tmp_path: Path) -> None:
 # ran; a refused subject "nats: timeout" after 5 s; a certificate the client does not trust
 # hung the connect for good (nats-io/nats.py#718); `loom serve` retried a refused login for
 # ever; and `loom log export` took no credentials at all.
-FLAGS = {"user": "--nats-user", "password": "--nats-password", "tls_ca": "--nats-tls-ca",
-         "tls_cert": "--nats-tls-cert", "tls_key": "--nats-tls-key"}
-
-
-def flags(auth: NatsAuth) -> list[str]:
-    return [arg for name, flag in FLAGS.items() if getattr(auth, name) is not None
-            for arg in (flag, str(getattr(auth, name)))]
-
-
 def run_loom(argv: list[str], env: dict[str, str], cwd: Path,
              timeout: float = 30.0) -> tuple[subprocess.CompletedProcess[str], float]:
     """`loom ARGV` as a process (a hang fails the test instead of stalling the suite), the
