@@ -33,6 +33,8 @@ from rich.markup import escape
 from rich.table import Table
 
 import policies
+from domain.overhead import parse_overhead
+from domain.placement import SCHEMES
 from loom import live_args
 from loom.plots import jct_cdf, jct_vs_load
 from loom.profile import add_profile_command, cmd_profile
@@ -41,8 +43,6 @@ from loom.report import results_table, sweep_table, write_run
 from loom.runs import RunSpec, compare, run_one
 from loom.simulate import SimResult
 from loom.sweep import Sweep, curves, run_sweep, write_csv, write_json
-from services.nodeagent.overhead import parse_overhead
-from services.placer.core import SCHEMES
 from services.runtime.logging import configure
 from services.runtime.nats_errors import NatsProblem
 from services.runtime.natsserver import NatsServerError

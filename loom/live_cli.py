@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 import policies
+from domain.workloads import FAMILIES, for_trace_model
 from loom.serve import ServeOptions, UpOptions, control_subject, serve, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
@@ -31,7 +32,6 @@ from services.runtime.nats_errors import NatsNoStreamError
 from services.runtime.nats_live import with_connection
 from services.runtime.stream_limits import StreamLimits
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
-from services.trainer.catalog import FAMILIES, for_trace_model
 from traces import load_cluster, load_trace
 
 

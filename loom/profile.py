@@ -43,8 +43,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from domain.workloads import FAMILIES
 from services.runtime.natsserver import free_port
-from services.trainer.catalog import FAMILIES
 from services.trainer.protocol import Failed, Progress, Record, Stopped, decode
 
 ROOT = Path(__file__).resolve().parents[1]

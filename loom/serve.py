@@ -29,6 +29,7 @@ from typing import Any
 
 import nats.micro
 
+from domain.overhead import parse_overhead
 from loom.live_args import SERVICES, url_file
 from loom.simulate import make_scheduler
 from schemas.cluster import ClusterSpec, NodeSpec
@@ -43,7 +44,6 @@ from services.nodeagent.agent import DEFAULT_GRACE_S, TrainerNodeCore, TrainerSe
 from services.nodeagent.gpu import FakeBackend, GpuBackend, detect_backend
 from services.nodeagent.jobuser import JobUser
 from services.nodeagent.live import NodeAgentShell
-from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
 from services.runtime.children import die_with_parent

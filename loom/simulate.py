@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import policies
+from domain.overhead import parse_overhead
 from loom.eventlog import EventLogWriter, RunInfo
 from loom.versions import running_versions
 from schemas.cluster import ClusterSpec
@@ -24,7 +25,6 @@ from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.injector.core import InjectorCore
 from services.metrics.core import JobOutcome, MetricsCore
-from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
 from services.runtime.bus import Bus, MemoryBus

@@ -66,14 +66,14 @@ class Snapshot:
 
 
 class Fitter(Protocol):
-    """The placer's reservation state for one cycle (see services.placer.core)."""
+    """The placer's reservation state for one cycle (see domain.placement)."""
 
     free_gpus: int
     monotone: bool
 
     @property
     def scheme(self) -> str:
-        """"consolidated", "count" or "yarn" (see services.placer.core)."""
+        """"consolidated", "count" or "yarn" (see domain.placement)."""
         ...
 
     def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,

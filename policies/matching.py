@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import rustworkx as rx
 
-from services.nodeagent.interleave import MAX_GROUP, Stages, batch_used_ratio, used_ratio
+from domain.interleave import MAX_GROUP, Stages, batch_used_ratio, used_ratio
 
 Group = tuple[str, ...]  # job ids
 TOP_K = 32  # edges kept per group

@@ -12,7 +12,7 @@ Each cycle, following Muri's simulator (`multi_resource_blossom_same_sim_jobs`):
 4. Split any group slower than running its members one after another ("autopack").
 5. Place groups in rank order (a group ranks as its best member); a group's jobs share GPUs.
 
-Group speed and per-event cost come from `services.nodeagent.interleave`/`overhead`, the same
+Group speed and per-event cost come from `domain.interleave`/`overhead`, the same
 model the simulated nodes run.
 """
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from domain.interleave import MAX_GROUP, Stages, group_iteration_time
+from domain.overhead import MURI_SLOWDOWN
+from domain.placement import CyclePlacement, Scheme, Topology
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot, status_for_waiting
 from policies.matching import Group, group_by_matching
 from schemas.status import Status
-from services.nodeagent.interleave import MAX_GROUP, Stages, group_iteration_time
-from services.nodeagent.overhead import MURI_SLOWDOWN
-from services.placer.core import CyclePlacement, Scheme, Topology
 
 Key = tuple[float, int, int, int]
 

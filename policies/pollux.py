@@ -5,7 +5,7 @@ active jobs to maximise a fairness-weighted sum of their goodput, Pollux's objec
 (petuum/adaptdl osdi21-artifact, `simulator/pollux.py`):
 
 * a job's speedup on an allocation is its goodput there, with the batch size that maximises it
-  (`policies.goodput`), over its goodput at a fair share (ceil(GPUs / jobs) GPUs on one node);
+  (`domain.goodput`), over its goodput at a fair share (ceil(GPUs / jobs) GPUs on one node);
   scaled by dominant share x nodes (= nodes / GPUs) as Pollux does;
 * a job whose allocation changes pays a restart penalty: its speedup is multiplied by
   max(age - restarts * 30 s, 0) / (age + 30 s);
@@ -34,7 +34,7 @@ job is profiled).
 Differences from the artifact, all deliberate: the throughput model is fitted once to the
 whole profile (Pollux learns it online from the placements a job has run on and is optimistic
 until then); a job values candidate batch sizes with the gradient statistics at each
-candidate (see `policies.goodput`); the search is exact on GPU counts instead of genetic.
+candidate (see `domain.goodput`); the search is exact on GPU counts instead of genetic.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from domain.goodput import GoodputModel, job_batch, model_for
 from policies.base import Fitter, JobView, Plan, Policy, Replan, Snapshot
-from policies.goodput import GoodputModel, job_batch, model_for
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.status import Status, StatusCode

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from domain.workloads import FAMILIES, for_trace_model
 from schemas.job import JobSpec
-from services.trainer.catalog import FAMILIES, for_trace_model
 from traces.errors import TraceError
 from traces.scaling import ScalingTable, read_folder
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from domain.workloads import FAMILIES, for_trace_model
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import (
@@ -46,7 +47,6 @@ from services.nodeagent.gate import CommandGate
 from services.runtime.effects import PRIORITY_INPUT, Effect, LocalEffect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
 from services.trainer import protocol, textprogress
-from services.trainer.catalog import FAMILIES, for_trace_model
 from services.trainer.config import TrainerConfig
 
 DEFAULT_GRACE_S = 30.0

@@ -15,6 +15,15 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from domain.overhead import (
+    OverheadModel,
+    Segments,
+    advance,
+    advance_segments,
+    job_rates,
+    progress_segments,
+    seconds_to_finish,
+)
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import (
@@ -29,15 +38,6 @@ from schemas.events import (
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.gate import CommandGate
-from services.nodeagent.overhead import (
-    OverheadModel,
-    Segments,
-    advance,
-    advance_segments,
-    job_rates,
-    progress_segments,
-    seconds_to_finish,
-)
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
 

@@ -6,7 +6,7 @@ a fresh placement state, then publishes what changed (`PlanDecided`) and one `Jo
 job that moved.
 
 Progress of running jobs is an estimate between reports: the scheduler advances it with the
-same pure progress model the node agents use (`services.nodeagent.overhead.advance`), and any
+same pure progress model the node agents use (`domain.overhead.advance`), and any
 report from a node (a stop, a finish, a heartbeat) overrides it. In a simulation the estimate is
 exact, so no per-cycle status round trip is needed.
 
@@ -28,6 +28,16 @@ from typing import Literal
 from pydantic import ValidationError
 
 import policies
+from domain.overhead import (
+    OverheadModel,
+    Segments,
+    advance,
+    advance_segments,
+    job_rates,
+    parse_overhead,
+    progress_segments,
+)
+from domain.placement import SCHEMES, CyclePlacement, Scheme, Topology
 from policies.admission import TenantGate, submit_refusal
 from policies.base import JobView, Plan, Policy, Snapshot
 from schemas import subjects
@@ -53,16 +63,6 @@ from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import Status, StatusCode
 from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
-from services.nodeagent.overhead import (
-    OverheadModel,
-    Segments,
-    advance,
-    advance_segments,
-    job_rates,
-    parse_overhead,
-    progress_segments,
-)
-from services.placer.core import SCHEMES, CyclePlacement, Scheme, Topology
 from services.runtime.bus import decode_submit
 from services.runtime.effects import (
     PRIORITY_CYCLE,

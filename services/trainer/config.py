@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from domain.workloads import FAMILIES
 from schemas.job import JobId
-from services.trainer.catalog import FAMILIES
 
 Backend = Literal["auto", "gloo", "nccl", "horovod"]
 Device = Literal["auto", "cpu", "cuda"]

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from domain.workloads import FAMILIES
 from services.trainer import datasets
 from services.trainer.accounting import INIT, WORLD, derive_seed
-from services.trainer.catalog import FAMILIES
 from services.trainer.errors import DatasetError
 from services.trainer.optim import Adam
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from domain.overhead import parse_overhead
 from loom.cli import main
 from loom.profile import Point, ProfileOptions, gpu_counts, summarise, write_profile
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
-from services.nodeagent.overhead import parse_overhead
 from tests.builders import make_job
 from traces.errors import TraceError
 from traces.measured import load_measured, with_measured

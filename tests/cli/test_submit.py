@@ -17,11 +17,11 @@ from typing import Any
 import nats
 import pytest
 
+from domain.workloads import FAMILIES
 from loom.cli import main
 from loom.live_cli import TRACE_MODEL_EXAMPLES, check_model
 from schemas import subjects
 from services.runtime.nats_live import ensure_stream
-from services.trainer.catalog import FAMILIES
 
 pytestmark = pytest.mark.nats
 

@@ -11,11 +11,11 @@ from typing import Any
 import nats
 
 import policies
+from domain.overhead import parse_overhead
 from schemas.cluster import ClusterSpec
 from schemas.events import Envelope
 from schemas.job import JobSpec
 from services.metrics.core import MetricsCore
-from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
 from services.runtime.bus import Bus, BusStats, Decoder, Handler, decode_any

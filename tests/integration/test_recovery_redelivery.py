@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
+from domain.overhead import parse_overhead
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import Envelope, JobFinished, Launch, NodeCommand, envelope
-from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.runtime.clock import WallClock
 from services.runtime.nats_live import NatsLiveBus

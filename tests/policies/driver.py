@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import policies
+from domain.placement import CyclePlacement
 from policies.base import JobView, Plan, Policy, Snapshot
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import Status
-from services.placer.core import CyclePlacement
 
 
 @dataclass

@@ -8,13 +8,13 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
+from domain.overhead import job_rates, parse_overhead
 from policies.allocation import AllocationInput, PairTable
 from policies.base import Snapshot
 from policies.gandiva import Gandiva
 from policies.max_min_fairness_packed import MaxMinFairnessPacked
 from schemas.cluster import ClusterSpec
 from schemas.throughputs import ThroughputTable
-from services.nodeagent.overhead import job_rates, parse_overhead
 from tests.builders import make_job, simulate, view
 
 

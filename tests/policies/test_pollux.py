@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import policies
+from domain.goodput import GoodputModel, model_for
 from policies.base import Fitter, Plan, Policy, Replan, Snapshot
-from policies.goodput import GoodputModel, model_for
 from policies.pollux import (
     MAX_NODES,
     JobTerms,

@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
+from domain.placement import CyclePlacement
 from policies.admission import TenantGate, submit_refusal
 from policies.base import JobView, Snapshot
 from schemas.job import JobSpec
@@ -20,7 +21,6 @@ from schemas.tenants import (
     load_tenants,
     weighted_shares,
 )
-from services.placer.core import CyclePlacement
 from tests.builders import cluster, make_job
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from domain.overhead import parse_overhead
 from schemas.cluster import NodeSpec
 from schemas.events import (
     STOP_GANG_FINISHED,
@@ -15,7 +16,6 @@ from schemas.events import (
     envelope,
 )
 from services.nodeagent.gate import CommandGate
-from services.nodeagent.overhead import parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.runtime.effects import Publish, SetTimer
 from tests.builders import make_job

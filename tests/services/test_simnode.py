@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from domain.overhead import advance, parse_overhead
 from schemas.cluster import NodeSpec
 from schemas.events import (
     CycleStarted,
@@ -12,7 +13,6 @@ from schemas.events import (
     Stop,
     envelope,
 )
-from services.nodeagent.overhead import advance, parse_overhead
 from services.nodeagent.simnode import SimNodeCore
 from services.runtime.effects import CancelTimer, Publish, SetTimer
 from tests.builders import make_job

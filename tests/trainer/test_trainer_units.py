@@ -10,6 +10,7 @@ import pydantic
 import pytest
 import torch
 
+from domain.workloads import FAMILIES, for_trace_model
 from services.trainer import checkpoint, config, workloads
 from services.trainer.accounting import (
     STREAM,
@@ -20,7 +21,6 @@ from services.trainer.accounting import (
     Window,
     derive_seed,
 )
-from services.trainer.catalog import FAMILIES, for_trace_model
 from services.trainer.optim import Adam
 from services.trainer.protocol import (
     Checkpointed,

@@ -11,7 +11,7 @@ Each application has a profile folder (`simulator/traces/<app>/`): `placements.c
 and `validation-<batch size>.csv` (one row per epoch: cumulative statistical `progress`,
 `iteration`, `metric`, `grad_sqr`, `grad_var`). `load_profile` turns a folder into a
 `GoodputProfile`: step-time parameters fitted to every placement and scalability row
-(`policies.goodput.fit_perf_params`), epoch boundaries (the smallest cumulative progress any
+(`domain.goodput.fit_perf_params`), epoch boundaries (the smallest cumulative progress any
 validation run reports at the end of each epoch, as Pollux's `get_progress`), and gradient
 statistics per batch size and epoch. Batch limits as in Pollux's `applications.py`: initial and
 largest batch size = the smallest and largest validated, per-GPU limits = the smallest and
@@ -132,7 +132,7 @@ def _validation(folder: Path) -> dict[int, tuple[list[float], list[float], list[
 @functools.cache
 def load_profile(application: str, directory: Path = PROFILE_DIR) -> GoodputProfile:
     """The goodput profile of one application's folder (fitted once per process)."""
-    from policies.goodput import fit_perf_params  # policies import traces: import late
+    from domain.goodput import fit_perf_params  # policies import traces: import late
 
     folder = directory / application
     if not (folder / "placements.csv").is_file():
@@ -162,7 +162,7 @@ def load_profile(application: str, directory: Path = PROFILE_DIR) -> GoodputProf
 def solo_seconds(profile: GoodputProfile, gpus: int, batch: int | None,
                  node_gpus: int = NODE_GPUS) -> float:
     """Run time of a whole job on `gpus` GPUs packed into nodes of `node_gpus`."""
-    from policies.goodput import model_for
+    from domain.goodput import model_for
 
     model = model_for(profile)
     nodes = math.ceil(gpus / node_gpus)

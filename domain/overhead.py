@@ -26,11 +26,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from domain.goodput import job_batch, model_for
+from domain.interleave import group_iteration_time
+from domain.workloads import FAMILIES, for_trace_model
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
-from services.nodeagent.interleave import group_iteration_time
-from services.trainer.catalog import FAMILIES, for_trace_model
 
 OVERHEADS_FORMAT = "loom.overheads.v1"  # `loom profile`'s overheads.json
 
@@ -176,7 +177,7 @@ def advance(remaining: float, last: float, ready_at: float, now: float, iteratio
 
 
 # Speed that changes with progress (a goodput-profiled job's epochs): (iterations done up to,
-# seconds per iteration) pieces, the last open-ended. See `policies.goodput`.
+# seconds per iteration) pieces, the last open-ended. See `domain.goodput`.
 Segments = tuple[tuple[float, float], ...]
 
 
@@ -190,8 +191,6 @@ def progress_segments(spec: JobSpec, placement: GpuSlots, adaptive: bool,
     """
     if spec.goodput is None:
         return None
-    from policies.goodput import job_batch, model_for
-
     gpus = sum(len(g) for _, g in placement)
     batch = job_batch(spec.goodput, spec.batch_size, adaptive)
     return model_for(spec.goodput).segments(len(placement), gpus, done, batch)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from policies.goodput import (
+from domain.goodput import (
     CANDIDATES,
     GoodputModel,
     PerfParams,
@@ -21,8 +21,8 @@ from policies.goodput import (
     step_time,
     throughput,
 )
+from domain.overhead import advance_segments, seconds_to_finish
 from schemas.job import GoodputProfile
-from services.nodeagent.overhead import advance_segments, seconds_to_finish
 from traces.readers import read_table
 from traces.readers.pollux import PROFILE_DIR, applications, load_profile
 

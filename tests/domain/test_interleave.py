@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from services.nodeagent.interleave import (
+from domain.interleave import (
     GROUP_FACTOR,
     batch_group_iteration_time,
     batch_used_ratio,

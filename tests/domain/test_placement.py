@@ -1,4 +1,4 @@
-"""CyclePlacement: one cycle's reservation state (services/placer/core.py).
+"""CyclePlacement: one cycle's reservation state (domain/placement.py).
 
 Cluster states are built exactly with `busy(...)`: every busy block is a running job from the
 previous cycle that is re-placed first, so it keeps exactly the GPUs named.
@@ -11,9 +11,9 @@ from collections.abc import Mapping
 
 import pytest
 
+from domain.placement import SCHEMES, CyclePlacement, Topology
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuSlots
-from services.placer.core import SCHEMES, CyclePlacement, Topology
 from tests.builders import cluster
 
 STICKY = tuple(s for s in SCHEMES if s != "yarn")  # yarn re-packs every cycle by design
