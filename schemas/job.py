@@ -69,7 +69,7 @@ class GoodputProfile(BaseModel):
     cumulative statistical progress (steps at `init_batch`, weighted by efficiency) at the end
     of each epoch (the job is done at the last); `grad_sqr`/`grad_var` the gradient statistics
     measured during each epoch (columns) at each of `batch_sizes` (rows). A job measures its
-    progress in these units (`iterations` is the total, rounded up); see `policies.goodput`.
+    progress in these units (`iterations` is the total, rounded up); see `domain.goodput`.
     `adaptive` is False for a job whose batch size is fixed (its `batch_size`) whatever the
     scheduler does.
     """
