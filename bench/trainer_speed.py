@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from services.trainer.protocol import Checkpointed, Finished, Progress, Record, Started, decode
+from schemas.trainer import Checkpointed, Finished, Progress, Record, Started, decode
 
 
 def _port() -> int:

@@ -44,8 +44,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from domain.workloads import FAMILIES
+from schemas.trainer import Failed, Progress, Record, Stopped, decode
 from services.runtime.natsserver import free_port
-from services.trainer.protocol import Failed, Progress, Record, Stopped, decode
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERHEADS_FORMAT = "loom.overheads.v1"

@@ -12,7 +12,7 @@
 
 Launched by Loom's node agent (a job with a `command`) or by torchrun, the session reads its
 job from the environment (`LOOM_*`, and torchrun's `RANK`/`WORLD_SIZE`/`MASTER_*`), joins the
-process group, and writes the trainer progress protocol (`services.trainer.protocol`) on rank
+process group, and writes the trainer progress protocol (`schemas.trainer`) on rank
 0, so the node agent accounts an SDK job exactly as it does Loom's own trainer.
 
 Exact resume at any world size: the loader walks one deterministic sample order (a seeded
@@ -47,13 +47,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
-from services.trainer import checkpoint
-from services.trainer.accounting import STREAM, ReportClock, StageAccount, StepTimes, Window
-from services.trainer.accounting import derive_seed as _derive_seed
-from services.trainer.channel import Reporter
-from services.trainer.comm import Communicator, Local, TorchDistributed, share_from_rank0
-from services.trainer.config import DEFAULT_RENDEZVOUS_TIMEOUT_S
-from services.trainer.protocol import (
+from domain.trainer_config import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from schemas.trainer import (
     Checkpointed,
     Failed,
     Finished,
@@ -62,6 +57,11 @@ from services.trainer.protocol import (
     Started,
     Stopped,
 )
+from services.trainer import checkpoint
+from services.trainer.accounting import STREAM, ReportClock, StageAccount, StepTimes, Window
+from services.trainer.accounting import derive_seed as _derive_seed
+from services.trainer.channel import Reporter
+from services.trainer.comm import Communicator, Local, TorchDistributed, share_from_rank0
 
 __all__ = ["DataOrder", "Environment", "Preempted", "SdkError", "Session", "session"]
 

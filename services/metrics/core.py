@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from domain.causes import fault_kind
 from schemas import subjects
 from schemas.events import Envelope, JobTransition, NodeHeartbeat, PlanDecided
 from schemas.job import JobState
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
-from services.scheduler.liveness import fault_kind
 
 
 @dataclass(slots=True)

@@ -21,11 +21,11 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest, start_http_server
 from prometheus_client.registry import Collector
 
+from domain.causes import FAULT_KINDS
 from schemas.cluster import ClusterSpec
 from schemas.job import JobState
 from services.metrics.core import MetricsCore
 from services.metrics.stream_usage import StreamUsage
-from services.scheduler.liveness import FAULT_KINDS
 
 # Seconds: a minute to a week, roughly ×3 apart (training jobs, not requests).
 DURATION_BUCKETS = (60.0, 180.0, 600.0, 1800.0, 3600.0, 3 * 3600.0, 10 * 3600.0, 86400.0,

@@ -3,7 +3,7 @@
 A deterministic core, like every Loom core: it turns node commands and what its trainers
 report into effects, and never touches a process itself. Besides `Publish`, it asks its shell
 (`services.nodeagent.live`) to `Spawn` and `Kill` trainer processes; the shell feeds back each
-trainer's protocol records (`services.trainer.protocol`) and exit codes.
+trainer's protocol records (`schemas.trainer`) and exit codes.
 
 A job placed on several nodes runs one trainer process per GPU (its rank): ranks are
 numbered along the placement, so every node of the gang computes the same ranks, world size,
@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from domain import textprogress
+from domain.trainer_config import TrainerConfig
 from domain.workloads import FAMILIES, for_trace_model
 from schemas import subjects
+from schemas import trainer as protocol
 from schemas.cluster import NodeSpec
 from schemas.events import (
     CycleStarted,
@@ -46,8 +49,6 @@ from schemas.job import JobSpec, valid_job_id
 from services.nodeagent.gate import CommandGate
 from services.runtime.effects import PRIORITY_INPUT, Effect, LocalEffect, Publish, SetTimer
 from services.runtime.service import CoreDefaults, Subscribe
-from services.trainer import protocol, textprogress
-from services.trainer.config import TrainerConfig
 
 DEFAULT_GRACE_S = 30.0
 # Below Linux's ephemeral range (32768-60999 by default), so that no outgoing connection

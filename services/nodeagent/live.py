@@ -18,6 +18,7 @@ from typing import IO
 
 from pydantic import ValidationError
 
+from schemas import trainer as protocol
 from schemas.events import GpuSample
 from services.nodeagent.agent import Kill, SampleGpus, Spawn, TrainerNodeCore
 from services.nodeagent.gpu import FakeBackend, GpuBackend, MpsControl, run_command
@@ -27,7 +28,6 @@ from services.runtime.bus import Bus
 from services.runtime.clock import Clock
 from services.runtime.effects import Effect
 from services.runtime.service import Shell
-from services.trainer import protocol
 
 LOCK_NAME = ".rank0.lock"
 LOCK_WAIT_S = 600.0

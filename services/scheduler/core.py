@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 import policies
+from domain.causes import failed_cause, launch_timeout_failure, requeue_cause, retry_cause
 from domain.overhead import (
     OverheadModel,
     Segments,
@@ -78,12 +79,8 @@ from services.scheduler.liveness import (
     LivenessConfig,
     NodeFaults,
     RetryPolicy,
-    failed_cause,
     launch_key,
-    launch_timeout_failure,
     lost_key,
-    requeue_cause,
-    retry_cause,
     retry_key,
 )
 

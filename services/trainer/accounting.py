@@ -9,7 +9,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from services.trainer.protocol import StageTimes
+from schemas.trainer import StageTimes
 
 
 def derive_seed(seed: int, *path: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from services.trainer.protocol import Record, encode
+from schemas.trainer import Record, encode
 
 __all__ = ["Reporter"]
 

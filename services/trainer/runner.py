@@ -19,6 +19,16 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
+from domain.trainer_config import TrainerConfig
+from schemas.trainer import (
+    Checkpointed,
+    Finished,
+    Progress,
+    Record,
+    StageTimes,
+    Started,
+    Stopped,
+)
 from services.runtime.logging import get_logger
 from services.trainer import checkpoint, workloads
 from services.trainer.accounting import (
@@ -32,17 +42,7 @@ from services.trainer.accounting import (
 )
 from services.trainer.checkpoint import param_digest
 from services.trainer.comm import Communicator, share_from_rank0
-from services.trainer.config import TrainerConfig
 from services.trainer.errors import TrainingFailed
-from services.trainer.protocol import (
-    Checkpointed,
-    Finished,
-    Progress,
-    Record,
-    StageTimes,
-    Started,
-    Stopped,
-)
 
 _log = get_logger("services.trainer")
 

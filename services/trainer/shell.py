@@ -20,11 +20,11 @@ from types import FrameType
 
 import structlog
 
+from domain import trainer_config as config
+from schemas.trainer import Failed
 from services.runtime.logging import configure, get_logger
-from services.trainer import config
 from services.trainer.channel import Reporter
 from services.trainer.errors import PERMANENT, TrainingFailed
-from services.trainer.protocol import Failed
 
 
 class SignalStop:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from domain.textprogress import PrintedProgress, parse
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode, decode_submission, encode
 from schemas.events import JobFinished, Launch, NodeCommand, NodeStatus, Stop, TrainerReport
@@ -19,7 +20,6 @@ from schemas.events import envelope as make_envelope
 from schemas.job import JobSpec, SubmitJob
 from services.nodeagent.agent import Kill, Spawn, TrainerNodeCore, TrainerSettings
 from services.runtime.effects import Effect, Publish
-from services.trainer.textprogress import PrintedProgress, parse
 from tests.builders import make_job
 
 BASE: dict[str, Any] = {"model": "custom", "gpus": 1, "iterations": 10,

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from domain.trainer_config import TrainerConfig
 from schemas.events import JobFinished, OperatorCommand
 from schemas.job import SubmitJob
 from services.nodeagent.agent import checkpoint_dir
-from services.trainer.config import TrainerConfig
 
 GOOD = ["job-1a2b", "a", "0", "application_1506638472019_10238", "exp.v2:run-3", "x" * 128]
 BAD = ["../../x", "/etc/passwd", "a/b", ".", "..", ".hidden", "-rf", "", "with space",

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import policies
+from domain.causes import fault_kind, launch_timeout_failure
 from schemas import subjects
 from schemas.events import (
     JobFinished,
@@ -28,9 +29,7 @@ from services.scheduler.core import SchedulerConfig, SchedulerCore
 from services.scheduler.liveness import (
     LivenessConfig,
     RetryPolicy,
-    fault_kind,
     launch_key,
-    launch_timeout_failure,
     lost_key,
     retry_key,
 )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas import trainer as protocol
 from schemas.cluster import ClusterSpec
 from schemas.events import (
     GpuSlots,
@@ -19,7 +20,6 @@ from schemas.events import (
 )
 from services.nodeagent.agent import Kill, TrainerNodeCore, TrainerSettings
 from services.runtime.effects import Effect, Publish
-from services.trainer import protocol
 from tests.builders import make_job
 
 CLUSTER = ClusterSpec.uniform(1, 2, 2)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from domain.trainer_config import parse
 from schemas import subjects
+from schemas import trainer as protocol
 from schemas.cluster import ClusterSpec
 from schemas.events import (
     CycleStarted,
@@ -35,8 +37,6 @@ from services.nodeagent.agent import (
     rendezvous_port,
 )
 from services.runtime.effects import PRIORITY_INPUT, Effect, Publish, SetTimer
-from services.trainer import protocol
-from services.trainer.config import parse
 from tests.builders import make_job
 
 CLUSTER = ClusterSpec.uniform(1, 2, 2)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from services.trainer.protocol import Record, decode
+from schemas.trainer import Record, decode
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ("--threads", "1", "--log-level", "info")

@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
+from schemas.trainer import Failed
 from services.trainer import datasets, workloads
 from services.trainer.accounting import STREAM, derive_seed
 from services.trainer.errors import DatasetError
-from services.trainer.protocol import Failed
 from tests.trainer.proc import launch
 
 # --- builders: the standard formats, written from scratch --------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loom.sdk import DataOrder, Environment, SdkError, session
-from services.trainer.protocol import Finished, Progress, Record, Started, Stopped, decode
+from schemas.trainer import Finished, Progress, Record, Started, Stopped, decode
 from tests.trainer.proc import ROOT, rendezvous_port
 
 EXAMPLE = ROOT / "examples" / "train_mnist_like.py"

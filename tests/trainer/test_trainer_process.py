@@ -19,9 +19,9 @@ from typing import TypeVar
 import pytest
 import torch
 
-from services.trainer import checkpoint, config, protocol, workloads
-from services.trainer.comm import Local
-from services.trainer.protocol import (
+from domain import trainer_config as config
+from schemas import trainer as protocol
+from schemas.trainer import (
     Checkpointed,
     Failed,
     Finished,
@@ -30,6 +30,8 @@ from services.trainer.protocol import (
     Started,
     Stopped,
 )
+from services.trainer import checkpoint, workloads
+from services.trainer.comm import Local
 from services.trainer.runner import Trainer, param_digest
 from tests.trainer.proc import TrainerProc, launch, rendezvous_port
 

@@ -10,19 +10,9 @@ import pydantic
 import pytest
 import torch
 
+from domain import trainer_config as config
 from domain.workloads import FAMILIES, for_trace_model
-from services.trainer import checkpoint, config, workloads
-from services.trainer.accounting import (
-    STREAM,
-    FastForward,
-    ReportClock,
-    StageAccount,
-    StepTimes,
-    Window,
-    derive_seed,
-)
-from services.trainer.optim import Adam
-from services.trainer.protocol import (
+from schemas.trainer import (
     Checkpointed,
     Failed,
     Finished,
@@ -33,6 +23,17 @@ from services.trainer.protocol import (
     decode,
     encode,
 )
+from services.trainer import checkpoint, workloads
+from services.trainer.accounting import (
+    STREAM,
+    FastForward,
+    ReportClock,
+    StageAccount,
+    StepTimes,
+    Window,
+    derive_seed,
+)
+from services.trainer.optim import Adam
 
 BASE = ["--job-id", "j1", "--model", "cnn", "--iterations", "10", "--checkpoint-dir", "/tmp/x"]
 STAGES = StageTimes(iterations=3, data_s=0.001, compute_s=0.01, comm_s=0.002, iteration_s=0.014)
