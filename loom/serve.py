@@ -355,9 +355,10 @@ class UpOptions:
 
 def stream_flags(limits: StreamLimits) -> list[str]:
     """The `serve` flags that rebuild `limits` in a child: any service may create the
-    streams, whichever starts first."""
+    streams, whichever starts first (repr, as in `fault_flags`: the age goes through
+    unrounded)."""
     return ["--stream-max-bytes", str(limits.max_bytes),
-            "--stream-max-age", format(limits.max_age_s, "f"),
+            "--stream-max-age", repr(limits.max_age_s),
             "--deadletter-max-bytes", str(limits.deadletter_max_bytes)]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.runtime.logging import get_logger
+from services.runtime.stream_limits import discard_name
 
 NEAR_FULL = 0.8  # of max_bytes
 POLL_S = 5.0
@@ -69,9 +70,9 @@ class StreamWatch:
                 self._failing.add(stream)
                 continue
             self._failing.discard(stream)
-            discard = getattr(info.config.discard, "value", info.config.discard) or "old"
             self.observe(StreamUsage(stream, int(info.state.bytes), int(info.state.messages),
-                                     int(info.config.max_bytes or -1), str(discard)))
+                                     int(info.config.max_bytes or -1),
+                                     discard_name(info.config.discard)))
 
     def observe(self, usage: StreamUsage) -> None:
         self.latest[usage.stream] = usage

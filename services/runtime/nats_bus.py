@@ -44,6 +44,7 @@ from services.runtime.effects import PRIORITY_INPUT
 from services.runtime.kernel import SimKernel
 from services.runtime.logging import get_logger
 from services.runtime.natsserver import EmbeddedNats
+from services.runtime.stream_limits import DUPLICATE_WINDOW_S
 
 NEXT_TIMEOUT_S = 30.0
 # Handled messages are acked in batches (AckPolicy.ALL: one ack covers all earlier ones).
@@ -115,8 +116,8 @@ class NatsSimBus:
         # then expires; a private server's store is deleted with the server anyway.
         max_age = SHARED_STREAM_MAX_AGE_S if self.server is None else None
         cfg = StreamConfig(
-            name=self.stream, subjects=[f"{self.prefix}loom.>"], duplicate_window=600.0,
-            max_age=max_age,
+            name=self.stream, subjects=[f"{self.prefix}loom.>"],
+            duplicate_window=DUPLICATE_WINDOW_S, max_age=max_age,
         )
         try:
             await self.js.add_stream(cfg)

@@ -91,12 +91,18 @@ def differences(existing: Any, wanted: Any) -> dict[str, str]:
     return out
 
 
+def discard_name(value: object) -> str:
+    """A stream's discard policy, "new" or "old": an enum from a client, a string (or
+    nothing, meaning "old") from the server."""
+    return str(getattr(value, "value", value) or "old")
+
+
 def _norm(name: str, value: object) -> object:
     """One spelling per setting: the server says -1 or 0 where a client may send None."""
     if name == "subjects":
         return sorted(value or [])  # type: ignore[call-overload]
-    if name == "discard":  # an enum from a client, a string from the server
-        return str(getattr(value, "value", value) or "old")
+    if name == "discard":
+        return discard_name(value)
     if name == "max_age":
         return float(value or 0.0)  # type: ignore[arg-type]
     return -1 if value is None else value  # max_bytes, max_msg_size: -1 is no limit

@@ -115,6 +115,12 @@ class SchedulerConfig:
             raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(SCHEMES)}")
 
 
+# Every distinct set of nodes jobs have run on, once: a record keeps its set for good (a late
+# report of a finished job is checked against it), and a million jobs on a few nodes each
+# would otherwise hold a million copies of a few sets (216 bytes each).
+_HOST_SETS: dict[frozenset[str], frozenset[str]] = {}
+
+
 @dataclass(slots=True)
 class JobRecord:
     spec: JobSpec
@@ -146,7 +152,10 @@ class JobRecord:
 
     def place(self, slots: GpuSlots) -> None:
         self.placement = slots
-        self.hosts = self.hosts.union(n for n, _ in slots)
+        nodes = {n for n, _ in slots}
+        if not nodes <= self.hosts:
+            hosts = self.hosts.union(nodes)
+            self.hosts = _HOST_SETS.setdefault(hosts, hosts)
 
     def view(self) -> JobView:
         running = self.state is JobState.RUNNING
