@@ -35,7 +35,7 @@ from rich.table import Table
 
 from loom.profile import ProfileOptions, run_profile
 from loom.runs import RunSpec, run_one
-from loom.serve import UpOptions, up
+from loom.up import UpOptions, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode

@@ -23,7 +23,8 @@ import nats
 from rich.console import Console
 from rich.table import Table
 
-from loom.serve import UpOptions, control_subject, up
+from loom.serve import control_subject
+from loom.up import UpOptions, up
 from loom.versions import running_versions
 from schemas import subjects
 from schemas.cluster import ClusterSpec

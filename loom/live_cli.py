@@ -19,7 +19,8 @@ from rich.table import Table
 
 import policies
 from domain.workloads import FAMILIES, for_trace_model
-from loom.serve import ServeOptions, UpOptions, control_subject, serve, up
+from loom.serve import ServeOptions, control_subject, serve
+from loom.up import UpOptions, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import encode

@@ -1,4 +1,5 @@
-"""The live composition root: one service per process (`loom serve`), a local cluster (`loom up`).
+"""The live composition root: one service per process (`loom serve`; `loom up` starts several,
+loom/up.py).
 
 `serve` wraps one core in a shell on the live bus (`services.runtime.nats_live`) and a wall
 clock, registers it as a NATS micro-service (`$SRV.PING|INFO|STATS`, plus a `state` endpoint
@@ -15,9 +16,7 @@ makes one wall second S cluster seconds; every process of one cluster gets the s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import secrets
 import signal
 import sys
@@ -30,7 +29,7 @@ from typing import Any
 import nats.micro
 
 from domain.overhead import parse_overhead
-from loom.live_args import SERVICES, url_file
+from loom.live_args import SERVICES
 from loom.simulate import make_scheduler
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuInfo, GpuLink, NodeInfo
@@ -46,12 +45,10 @@ from services.nodeagent.jobuser import JobUser
 from services.nodeagent.live import NodeAgentShell
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.binding import PlacerCore
-from services.runtime.children import die_with_parent
 from services.runtime.clock import WallClock
 from services.runtime.logging import get_logger
 from services.runtime.nats_auth import NatsAuth
-from services.runtime.nats_live import NatsLiveBus, server_list
-from services.runtime.natsserver import EmbeddedNats
+from services.runtime.nats_live import NatsLiveBus
 from services.runtime.service import Core, Shell
 from services.runtime.stream_limits import StreamLimits
 from services.scheduler.core import SchedulerCore
@@ -212,7 +209,7 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     signals: list[signal.Signals] = []
     if stop is None:  # a process of its own: signals stop it
         stop = asyncio.Event()
-        signals = _on_signals(stop)
+        signals = on_signals(stop)
 
     async def state(req: Any) -> None:
         await req.respond(json.dumps(core_state(core, clock.now())).encode())
@@ -251,7 +248,7 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
             await watch.stop()
         await micro.stop()
         await bus.close()
-        _drop_signals(signals)
+        drop_signals(signals)
     return 0
 
 
@@ -304,18 +301,18 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
     signals: list[signal.Signals] = []
     if stop is None:
         stop = asyncio.Event()
-        signals = _on_signals(stop)
+        signals = on_signals(stop)
     log.info("replica standing by", replica=opts.replica, nats=opts.nats_url)
     try:
         await Replica(elector, store, lead).run(stop)
     finally:
         await micro.stop()
         await control.close()
-        _drop_signals(signals)
+        drop_signals(signals)
     return 0
 
 
-def _on_signals(stop: asyncio.Event) -> list[signal.Signals]:
+def on_signals(stop: asyncio.Event) -> list[signal.Signals]:
     """SIGTERM and SIGINT set `stop` (a process running one service, or `loom up`)."""
     loop = asyncio.get_running_loop()
     sigs = [signal.SIGTERM, signal.SIGINT]
@@ -324,140 +321,10 @@ def _on_signals(stop: asyncio.Event) -> list[signal.Signals]:
     return sigs
 
 
-def _drop_signals(sigs: list[signal.Signals]) -> None:
+def drop_signals(sigs: list[signal.Signals]) -> None:
     loop = asyncio.get_running_loop()
     for sig in sigs:
         loop.remove_signal_handler(sig)
-
-
-# -- loom up ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class UpOptions:
-    cluster: ClusterSpec
-    cluster_arg: str  # how the children load the same cluster
-    nats_url: str | None = None
-    policy: str = "fifo"
-    round_s: float | None = None
-    overhead: str = "none"
-    time_scale: float = 1.0
-    local_nodes: bool = True
-    log_level: str = "warning"
-    prometheus_port: int | None = None
-    trainers: str = "pytorch"
-    gpus_per_node: int = 4  # fake GPUs of each local node agent
-    state_dir: Path = Path("/var/lib/loom")  # checkpoints of local node agents go under it
-    auth: NatsAuth = field(default_factory=NatsAuth)  # children get it as LOOM_NATS_* vars
-    tenants: str | None = None  # the scheduler's tenants file
-    liveness: LivenessConfig = field(default_factory=LivenessConfig)  # scheduler: lost nodes
-    retry: RetryPolicy = field(default_factory=RetryPolicy)  # scheduler: failed trainers; seed
-    stream_limits: StreamLimits = field(default_factory=StreamLimits)  # every service gets them
-
-
-def stream_flags(limits: StreamLimits) -> list[str]:
-    """The `serve` flags that rebuild `limits` in a child: any service may create the
-    streams, whichever starts first (repr, as in `fault_flags`: the age goes through
-    unrounded)."""
-    return ["--stream-max-bytes", str(limits.max_bytes),
-            "--stream-max-age", repr(limits.max_age_s),
-            "--deadletter-max-bytes", str(limits.deadletter_max_bytes)]
-
-
-def fault_flags(liveness: LivenessConfig, retry: RetryPolicy) -> list[str]:
-    """The `serve scheduler` flags that rebuild `liveness` and `retry` in the child (repr:
-    a float goes through the command line unchanged)."""
-    return ["--node-misses", str(liveness.misses),
-            "--launch-timeout-s", repr(liveness.launch_timeout_s),
-            "--retry-attempts", str(retry.max_attempts), "--retry-base-s", repr(retry.base_s),
-            "--retry-factor", repr(retry.factor), "--retry-cap-s", repr(retry.cap_s),
-            "--retry-jitter", repr(retry.jitter), "--seed", str(retry.seed)]
-
-
-def up_commands(opts: UpOptions, url: str, origin: float) -> list[list[str]]:
-    """The `loom serve` argument lists of the processes `up` starts: control plane first."""
-    common = ["--nats-url", url, "--cluster", opts.cluster_arg, "--time-scale",
-              str(opts.time_scale), "--origin", repr(origin), "--overhead", opts.overhead,
-              "--log-level", opts.log_level, *stream_flags(opts.stream_limits)]
-    commands = [[svc, *common] for svc in CONTROL_PLANE]
-    commands[0] += ["--policy", opts.policy, *fault_flags(opts.liveness, opts.retry)]
-    if opts.prometheus_port is not None:
-        commands[CONTROL_PLANE.index("metrics")] += ["--prometheus-port",
-                                                     str(opts.prometheus_port)]
-    if opts.round_s is not None:
-        commands[0] += ["--round-s", str(opts.round_s)]
-    if opts.tenants is not None:
-        commands[0] += ["--tenants", opts.tenants]
-    if opts.local_nodes:
-        agent = ["--trainers", opts.trainers, "--fake-gpus", str(opts.gpus_per_node),
-                 "--checkpoint-root", str(opts.state_dir / "checkpoints")]
-        commands += [["nodeagent", "--node", n.node_id, *agent, *common]
-                     for n in opts.cluster.nodes]
-    return commands
-
-
-async def up(opts: UpOptions, ready: asyncio.Event | None = None,
-             stop: asyncio.Event | None = None, url_out: list[str] | None = None) -> int:
-    """Start (or use) a NATS server, the control plane and one agent per node; stop on signal.
-
-    Each service is its own `loom serve` process, as on a real cluster.
-    """
-    server = None
-    url = opts.nats_url
-    if url is None:
-        server = await EmbeddedNats.start()
-        url = server.url
-    if url_out is not None:
-        url_out.append(url)
-    commands = up_commands(opts, url, time.time())
-    children = []
-    signals: list[signal.Signals] = []
-    if stop is None:
-        stop = asyncio.Event()
-        signals = _on_signals(stop)
-    try:
-        for cmd in commands:
-            children.append(await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "loom.cli", "serve", *cmd,
-                env={**os.environ, **opts.auth.to_env()}, preexec_fn=die_with_parent))
-        await _await_services(url, len(commands), opts.auth)
-        record = url_file()
-        record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        record.write_text(url)
-        log.warning("cluster up", nats=url, services=len(commands))
-        print(f"loom up: {len(commands)} services on {url} "
-              f"({opts.cluster.total_gpus} GPUs, policy {opts.policy}); Ctrl-C to stop",
-              flush=True)
-        if ready is not None:
-            ready.set()
-        await stop.wait()
-    finally:
-        for child in children:
-            if child.returncode is None:
-                child.terminate()
-        codes = [await child.wait() for child in children]
-        with contextlib.suppress(OSError):
-            if url_file().read_text().strip() == url:
-                url_file().unlink()
-        _drop_signals(signals)
-        if server is not None:
-            await server.stop()
-    return 0 if all(c == 0 for c in codes) else 1
-
-
-async def _await_services(url: str, count: int, auth: NatsAuth,
-                          timeout: float = 60.0) -> None:
-    """Until `count` Loom services answer the micro-service PING."""
-    nc = await nats.connect(servers=server_list(url), **auth.connect_kwargs())
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            names = await ping(nc)
-            if len(names) >= count:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(names)} of {count} services came up: {names}")
-            await asyncio.sleep(0.2)
-    finally:
-        await nc.close()
 
 
 async def ping(nc: Any, wait_s: float = 0.3) -> list[str]:

@@ -17,7 +17,8 @@ import pytest
 
 from loom import live_cli
 from loom.cli import build_parser, main
-from loom.serve import ServeOptions, UpOptions, up_commands
+from loom.serve import ServeOptions
+from loom.up import UpOptions, up_commands
 from services.runtime.stream_limits import GIB, MIB, StreamLimits
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
 

@@ -24,7 +24,8 @@ import nats
 import pytest
 
 from loom.live_cli import _operate
-from loom.serve import UpOptions, control_subject, up
+from loom.serve import control_subject
+from loom.up import UpOptions, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode
