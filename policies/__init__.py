@@ -31,6 +31,7 @@ from policies.pollux import Pollux
 from policies.srsf import Srsf
 from policies.srtf import Srtf
 from policies.themis import Themis
+from schemas.throughputs import ThroughputTable
 
 REGISTRY: dict[str, type[Policy]] = {
     cls.name: cls
@@ -62,3 +63,12 @@ def make(name: str) -> Policy:
     except KeyError:
         raise UnknownPolicy(name) from None
     return cls()
+
+
+def make_configured(name: str, *, seed: int, round_s: float,
+                    profile: ThroughputTable | None = None) -> Policy:
+    """A fresh policy set up for a run (its seed, round length and throughput profile): how
+    the scheduler builds one at start and on `set-policy`."""
+    policy = make(name)
+    policy.configure(seed=seed, round_s=round_s, profile=profile)
+    return policy
