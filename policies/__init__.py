@@ -25,12 +25,12 @@ from policies.max_min_fairness import (
 from policies.max_min_fairness_packed import MaxMinFairnessPacked
 from policies.min_cost import MinCost, MinCostSlo
 from policies.min_makespan import MinMakespan
-from policies.mlfq import Las, Tiresias, TiresiasPollux
 from policies.muri import MuriL, MuriS
 from policies.pollux import Pollux
 from policies.srsf import Srsf
 from policies.srtf import Srtf
 from policies.themis import Themis
+from policies.tiresias import Las, Tiresias, TiresiasPollux
 from schemas.throughputs import ThroughputTable
 
 REGISTRY: dict[str, type[Policy]] = {

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from policies.allocation import AllocationInput
-from policies.lp import FloatArray
-from policies.rounds import RoundPolicy
+from policies.mechanisms.allocation import AllocationInput
+from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.rounds import RoundPolicy
 from schemas.job import JobSpec
 
 _NO_RATE = 1e-10  # Gavel's stand-in for a zero throughput

@@ -104,7 +104,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot, place_runnable
-from policies.lp import CompiledCache
+from policies.mechanisms.lp import CompiledCache
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
 

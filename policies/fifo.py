@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from policies.base import JobView
-from policies.ordered import Key, OrderedPolicy
+from policies.mechanisms.ordered import Key, OrderedPolicy
 
 
 class Fifo(OrderedPolicy):

@@ -15,9 +15,9 @@ import random
 
 import numpy as np
 
-from policies.allocation import AllocationInput
-from policies.lp import FloatArray
-from policies.rounds import RoundPolicy
+from policies.mechanisms.allocation import AllocationInput
+from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.rounds import RoundPolicy
 from schemas.throughputs import ThroughputTable
 
 

@@ -236,7 +236,8 @@ class GandivaTimeslice(Policy):
                 slots = fit.try_place(jid, node_set.gpus_per_job, within=node_set.nodes)
                 if slots is None:
                     # Sets are disjoint, so only an admission step in front of the policy
-                    # (tenant quotas, policies.admission) refuses: the job sits this turn out.
+                    # (tenant quotas, policies.mechanisms.admission) refuses: the job sits
+                    # this turn out.
                     plan.blocked[jid] = Status(
                         code=StatusCode.WAITING_BY_POLICY, decided_by=self.name,
                         reason=fit.explain(node_set.gpus_per_job))

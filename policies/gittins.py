@@ -1,4 +1,4 @@
-"""Tiresias' 2D-Gittins: the discretised MLFQ of `policies.mlfq`, Gittins-ordered within queues.
+"""Tiresias' 2D-Gittins: the discretised MLFQ of `policies.tiresias`, Gittins-ordered within queues.
 
 This is the simulator's `dlas-gpu-gittins` schedule (Tiresias `run_sim.py`, reused by Muri):
 queues, limits, demotions, GPU counting and wake-ups are exactly those of `tiresias` (2D-LAS on
@@ -7,16 +7,16 @@ is sorted by
 
 1. Gittins index of the job's attained GPU-time, highest first;
 2. submission time truncated to whole seconds, earliest first;
-3. then, on a tie, the queue's previous order, which is the 2D-LAS order of `policies.mlfq`:
+3. then, on a tie, the queue's previous order, which is the 2D-LAS order of `policies.tiresias`:
    jobs that ran last cycle in last cycle's order, then waiting jobs, a preempted job in front
    of those already waiting, new and demoted jobs at the back.
 
 The simulator re-sorts every queue with a stable sort each event, after moving the waiting jobs
 behind the running ones; rule 3 is what that stable sort keeps. A waiting job's attained
 service does not change, so neither does its index: waiting keys stay fixed, as
-`policies.ordered` requires. A running job's index is recomputed each cycle from its attained
-service, so a running job whose index falls below a waiting one's is preempted at the next
-cycle. As in the simulator, no cycle is scheduled for index changes: only arrivals,
+`policies.mechanisms.ordered` requires. A running job's index is recomputed each cycle from its
+attained service, so a running job whose index falls below a waiting one's is preempted at the
+next cycle. As in the simulator, no cycle is scheduled for index changes: only arrivals,
 completions and the 2D-LAS demotion instants trigger one.
 
 The index (`gittins_index`, variant "tiresias") is the simulator's, quirks included. For
@@ -57,8 +57,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from policies.base import Fitter, JobView, Plan, Snapshot, Stream
-from policies.mlfq import DiscretisedLas
-from policies.ordered import Key
+from policies.mechanisms.ordered import Key
+from policies.tiresias import DiscretisedLas
 from traces.distributions import load_size_distribution, resolve_distribution
 
 Variant = Literal["tiresias", "textbook"]
@@ -190,7 +190,7 @@ class TiresiasGittins(DiscretisedLas):
 
     def order_key(self, job: JobView, k: Key) -> Key:
         """The sort key of a job whose 2D-LAS key is `k`: (queue, 0, rank) if it ran last
-        cycle, (queue, 1, sequence) if it waits (see policies.mlfq)."""
+        cycle, (queue, 1, sequence) if it waits (see policies.tiresias)."""
         return (k[0], -self.index(job), math.floor(job.spec.submit_time_s), *k[1:])
 
     def key(self, job: JobView) -> Key:

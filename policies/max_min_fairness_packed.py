@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from policies.allocation import AllocationInput, PairTable
-from policies.lp import FloatArray, LpStats, solve_first
-from policies.rounds import RoundPolicy
+from policies.mechanisms.allocation import AllocationInput, PairTable
+from policies.mechanisms.lp import FloatArray, LpStats, solve_first
+from policies.mechanisms.rounds import RoundPolicy
 
 SOLVERS = ("CLARABEL", "HIGHS")
 

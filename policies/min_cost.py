@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from policies.allocation import AllocationInput
-from policies.lp import CompiledCache, FloatArray, bucket, solve_first
-from policies.rounds import RoundPolicy
+from policies.mechanisms.allocation import AllocationInput
+from policies.mechanisms.lp import CompiledCache, FloatArray, bucket, solve_first
+from policies.mechanisms.rounds import RoundPolicy
 
 if TYPE_CHECKING:
     import cvxpy as cp

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.allocation import AllocationInput
-from policies.lp import FloatArray
 from policies.max_min_fairness import MaxMinLp
-from policies.rounds import RoundPolicy
+from policies.mechanisms.allocation import AllocationInput
+from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.rounds import RoundPolicy
 
 
 class MinMakespan(RoundPolicy):

@@ -74,7 +74,7 @@ from policies.base import (
     greedy_fill,
     status_for_waiting,
 )
-from policies.lp import USABLE, FloatArray, LpStats, bucket
+from policies.mechanisms.lp import USABLE, FloatArray, LpStats, bucket
 from schemas.status import Status
 
 if TYPE_CHECKING:  # cvxpy is imported on first use: it costs about a second at start-up

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from policies.allocation import AllocationInput
 from policies.allox import AlloX
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairnessPerf, FinishTimeFairnessSolver
 from policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf, MaxMinLp, max_min_fairness
+from policies.mechanisms.allocation import AllocationInput
 from policies.min_cost import MinCost, MinCostSlo
 from policies.min_makespan import MinMakespan
 

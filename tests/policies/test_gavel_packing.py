@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from domain.overhead import job_rates, parse_overhead
-from policies.allocation import AllocationInput, PairTable
 from policies.base import Snapshot
 from policies.gandiva import Gandiva
 from policies.max_min_fairness_packed import MaxMinFairnessPacked
+from policies.mechanisms.allocation import AllocationInput, PairTable
 from schemas.cluster import ClusterSpec
 from schemas.throughputs import ThroughputTable
 from tests.builders import make_job, simulate, view

@@ -30,7 +30,7 @@ from policies.gittins import (
     gittins_index,
     gittins_table,
 )
-from policies.mlfq import Tiresias
+from policies.tiresias import Tiresias
 from schemas.job import JobSpec
 from schemas.status import StatusCode
 from tests.builders import cluster, make_job, simulate, view

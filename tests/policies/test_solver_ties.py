@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import policies.lp as lp
 import policies.max_min_fairness as mmf
+import policies.mechanisms.lp as lp
 from policies.allox import AlloX, canonical_ties
 from policies.themis import FairnessLp
 from schemas.cluster import ClusterSpec

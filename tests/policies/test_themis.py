@@ -17,7 +17,7 @@ import pytest
 
 import policies
 from policies.base import Plan
-from policies.lp import bucket
+from policies.mechanisms.lp import bucket
 from policies.themis import NEVER_RAN, FairnessLp, Themis, binding_shares, rank_key
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec

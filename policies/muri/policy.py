@@ -8,7 +8,7 @@ Each cycle, following Muri's simulator (`multi_resource_blossom_same_sim_jobs`):
    next up to four jobs of its GPU count. At most 4× the cluster is considered.
 3. Group candidates of equal GPU count by repeated maximum-weight matching on the fraction of
    resource slots a group keeps busy, merging only while their demand exceeds the cluster
-   (`policies.matching`).
+   (`policies.muri.matching`).
 4. Split any group slower than running its members one after another ("autopack").
 5. Place groups in rank order (a group ranks as its best member); a group's jobs share GPUs.
 
@@ -24,7 +24,7 @@ from domain.interleave import MAX_GROUP, Stages, group_iteration_time
 from domain.overhead import MURI_SLOWDOWN
 from domain.placement import CyclePlacement, Scheme, Topology
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot, status_for_waiting
-from policies.matching import Group, group_by_matching
+from policies.muri.matching import Group, group_by_matching
 from schemas.status import Status
 
 Key = tuple[float, int, int, int]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from policies.base import JobView, Snapshot
-from policies.lp import FloatArray
+from policies.mechanisms.lp import FloatArray
 from schemas.cluster import ClusterSpec
 from schemas.throughputs import ThroughputTable
 

@@ -10,8 +10,8 @@ from types import MappingProxyType
 import pytest
 
 from domain.placement import CyclePlacement
-from policies.admission import TenantGate, submit_refusal
 from policies.base import JobView, Snapshot
+from policies.mechanisms.admission import TenantGate, submit_refusal
 from schemas.job import JobSpec
 from schemas.status import StatusCode
 from schemas.tenants import (

@@ -3,7 +3,7 @@
 Queue limits 3250 s and 7200 s; Q0 is walked first; demotion moves a running job one queue per
 cycle; the re-plan instant is `now + ceil(limit / gpus) − attained` (time-based: limit − attained).
 The queue of a job is read from the policy's key, whose first element is the queue by contract
-(policies/mlfq.py docstring: "(queue, 0, rank) ... (queue, 1, seq)").
+(policies/tiresias.py docstring: "(queue, 0, rank) ... (queue, 1, seq)").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from policies.matching import (
+from policies.muri.matching import (
     _WEIGHTS,
     _all_pairs,
     group_by_matching,

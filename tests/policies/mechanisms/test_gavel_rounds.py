@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import policies
-from policies.allocation import AllocationInput
-from policies.lp import FloatArray
-from policies.rounds import RoundPolicy
+from policies.mechanisms.allocation import AllocationInput
+from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.rounds import RoundPolicy
 from schemas.cluster import ClusterSpec
 from tests.builders import make_job, simulate
 from tests.policies.driver import Driver

@@ -18,7 +18,7 @@ import math
 from typing import ClassVar
 
 from policies.base import Fitter, JobView, Plan, Snapshot, greedy_fill
-from policies.ordered import Key, OrderedPolicy
+from policies.mechanisms.ordered import Key, OrderedPolicy
 
 # Tiresias simulator constants (jobs.py): 3 queues; only the first two limits matter.
 QUEUE_LIMITS: tuple[float, ...] = (3250.0, 7200.0)

@@ -1,8 +1,8 @@
 """Gavel's round-based mechanism: turn time-share allocations into one round's assignment.
 
 A heterogeneity-aware policy answers one question, "what fraction of wall time should job m
-spend on GPU type j" (X[m, j], see `policies.allocation`); this mechanism realises X round by
-round, as Gavel's `scheduler.py` does (algorithms.md §3a):
+spend on GPU type j" (X[m, j], see `policies.mechanisms.allocation`); this mechanism realises
+X round by round, as Gavel's `scheduler.py` does (algorithms.md §3a):
 
 * X is recomputed when jobs arrived or left, but at most once per `reset_interval_s` (1920 s)
   once the first allocation exists; at each recomputation the per-type time every job received
@@ -35,9 +35,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policies.allocation import AllocationInput, PairTable, gpu_type_order, job_rate, pair_rates
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot
-from policies.lp import FloatArray
+from policies.mechanisms.allocation import (
+    AllocationInput,
+    PairTable,
+    gpu_type_order,
+    job_rate,
+    pair_rates,
+)
+from policies.mechanisms.lp import FloatArray
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
 
@@ -170,8 +176,8 @@ class RoundPolicy(Policy):
             slots = fit.try_place(combo[0], snap.jobs[combo[0]].gpus, t)
             if slots is None:
                 # The selection counted GPUs per type, so only an admission step in front of
-                # the policy (tenant quotas, policies.admission) refuses: the combo sits out
-                # this round, uncharged.
+                # the policy (tenant quotas, policies.mechanisms.admission) refuses: the combo
+                # sits out this round, uncharged.
                 del chosen[combo]
                 st.started.pop(combo, None)
                 reason = fit.explain(snap.jobs[combo[0]].gpus)
