@@ -5,29 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies.chronus import (
-    Chronus,
-    LeaseProblem,
-    LeaseSolver,
-    Selection,
-    Tier,
-    bin_gpus,
+from policies.chronus.lease import LeaseProblem, Selection, consistent, fits, segments
+from policies.chronus.milp import LeaseSolver, greedy_selection, milp_data, shape_for
+from policies.chronus.packing import (
     check_selection,
-    consistent,
     earliest_limit,
-    estimate_s,
-    fits,
-    greedy_selection,
     lay_out_segment,
     layout,
-    leases_for,
-    milp_data,
     packable,
-    segments,
-    shape_for,
     unlaid_segments,
     unpack,
 )
+from policies.chronus.policy import Chronus, Tier, bin_gpus, estimate_s, leases_for
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
 from tests.builders import cluster, make_job, simulate

@@ -23,7 +23,10 @@ from collections.abc import Iterable
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from policies.chronus import LeaseProblem, LeaseSolver, Selection, bin_gpus, unpack
+from policies.chronus.lease import LeaseProblem, Selection
+from policies.chronus.milp import LeaseSolver
+from policies.chronus.packing import unpack
+from policies.chronus.policy import bin_gpus
 
 EXAMPLES = int(os.environ.get("LOOM_CHRONUS_EXAMPLES", "200"))
 FAST = settings(max_examples=2 * EXAMPLES, deadline=None, derandomize=True,
