@@ -31,7 +31,7 @@ from loom.serve import ServeOptions, ping, serve
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode
-from schemas.events import JobTransition
+from schemas.events import JobTransitionV1
 from schemas.job import JobState
 from services.runtime.bus import MSG_ID
 from services.runtime.logging import configure
@@ -75,7 +75,7 @@ async def main(args: argparse.Namespace) -> None:
         for jid in ids:
             if jid in sent:
                 name = type(body).__name__ + (f"({body.state.value})"
-                                              if isinstance(body, JobTransition) else "")
+                                              if isinstance(body, JobTransitionV1) else "")
                 steps.setdefault(jid, []).append((time.perf_counter(), name))
 
     if args.trace_steps:
@@ -83,7 +83,7 @@ async def main(args: argparse.Namespace) -> None:
 
     async def on_transition(msg: Any) -> None:
         body = decode(msg.data).body
-        if isinstance(body, JobTransition) and body.state is JobState.RUNNING:
+        if isinstance(body, JobTransitionV1) and body.state is JobState.RUNNING:
             placed.setdefault(body.job_id, time.perf_counter())
             fut = waiter.get(body.job_id)
             if fut is not None and not fut.done():

@@ -39,7 +39,7 @@ from loom.up import UpOptions, up
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode
-from schemas.events import JobTransition
+from schemas.events import JobTransitionV1
 from schemas.job import JobState
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_live import ensure_stream
@@ -125,7 +125,7 @@ async def _drive(url: str, jobs: Sequence[MixJob], timeout_s: float) -> dict[str
 
     async def on_transition(msg: Any) -> None:
         body = decode(msg.data).body
-        if isinstance(body, JobTransition) and body.job_id in submitted \
+        if isinstance(body, JobTransitionV1) and body.job_id in submitted \
                 and body.state is JobState.FINISHED and body.job_id not in finished:
             finished[body.job_id] = time.monotonic()
             if len(finished) == len(jobs):

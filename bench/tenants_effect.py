@@ -19,7 +19,7 @@ from typing import Any
 from unittest import mock
 
 from loom.simulate import SimConfig, run_simulation
-from schemas.events import JobTransition
+from schemas.events import JobTransitionV1
 from schemas.job import JobState
 from schemas.tenants import TenantLimits, TenantsConfig
 from services.metrics.core import MetricsCore
@@ -40,7 +40,7 @@ class Occupancy:
         self.since = 0.0
         self.last_gpus: dict[str, int] = {}
 
-    def record(self, t: JobTransition, at: float) -> None:
+    def record(self, t: JobTransitionV1, at: float) -> None:
         if all(self.waiting[x] > 0 for x in WEIGHTS):
             self.contended_s += at - self.since
             for tenant in WEIGHTS:
@@ -78,7 +78,7 @@ def main() -> None:
             occ = Occupancy(tenant_of)
             seen = MetricsCore._on_transition
 
-            def recording(core: MetricsCore, t: JobTransition, at: float,
+            def recording(core: MetricsCore, t: JobTransitionV1, at: float,
                           occ: Occupancy = occ, seen: Any = seen) -> None:
                 occ.record(t, at)
                 seen(core, t, at)

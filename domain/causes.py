@@ -1,42 +1,49 @@
-"""Why a job changed state, as its transitions say it: the causes the scheduler writes for
-faults, and the kind of fault each records (what metrics count). Shared by the scheduler,
-which writes them, and the metrics service, which reads them."""
+"""The causes the scheduler writes on its transitions, as typed values (`schemas.causes`),
+each with the text people read (unchanged from version 1 of the event, so decision digests
+and logs read the same)."""
 
 from __future__ import annotations
 
+from schemas.causes import LAUNCH_TIMED_OUT, Cause, failure_fault
 
-def requeue_cause(node_id: str, why: str) -> str:
-    """The transition cause of a job taken off a node that was lost or whose agent restarted."""
-    return f"requeued: node {node_id} {why}"
+ADMITTED = Cause(kind="admitted", text="admitted")
+STARTED = Cause(kind="started", text="started")
+RESUMED = Cause(kind="resumed", text="resumed")
+MIGRATED = Cause(kind="migrated", text="migrated")
+PREEMPTED = Cause(kind="preempted", text="preempted")
+SUSPENDED = Cause(kind="suspended", text="suspended")
+CANCELLED = Cause(kind="cancelled", text="cancelled")
+COMPLETED = Cause(kind="completed", text="completed")
+COMPLETED_WHILE_REQUEUED = Cause(kind="completed", text="completed while requeued")
+RECOVERED = Cause(kind="recovered", text="recovered")
 
 
-def retry_cause(node_id: str, failure: str, attempt: int, retries: int, at: float) -> str:
-    return f"trainer failed on {node_id} ({failure}); retry {attempt} of {retries} at {at:g}"
+def rejected(reason: str) -> Cause:
+    return Cause(kind="rejected", text=reason)
 
 
-def failed_cause(failure: str) -> str:
-    return f"failed: {failure}"
+def completed_on_left_node(node_id: str) -> Cause:
+    """A run the job had left (its stop still on the way) did all its work."""
+    return Cause(kind="completed", text=f"completed on {node_id}, a node it had left",
+                 node_id=node_id)
 
 
-FAULT_KINDS = ("node-lost", "node-restarted", "launch-refused", "launch-timeout",
-               "trainer-failed")
+def requeued(node_id: str, why: str) -> Cause:
+    """A job taken off a node that was lost (`why` "lost") or whose agent restarted."""
+    return Cause(kind="requeued", text=f"requeued: node {node_id} {why}", node_id=node_id,
+                 fault="node-lost" if why == "lost" else "node-restarted")
+
+
+def retry(node_id: str, failure: str, attempt: int, retries: int, at: float) -> Cause:
+    return Cause(kind="retry", node_id=node_id, fault=failure_fault(failure),
+                 text=f"trainer failed on {node_id} ({failure}); retry {attempt} of {retries} "
+                      f"at {at:g}")
+
+
+def failed(failure: str) -> Cause:
+    return Cause(kind="failed", text=f"failed: {failure}", fault=failure_fault(failure))
 
 
 def launch_timeout_failure(node_id: str, timeout_s: float) -> str:
     """Why a run its node never showed started was given up."""
-    return f"not started on node {node_id} within {timeout_s:g} s"
-
-
-def fault_kind(cause: str) -> str | None:
-    """Which fault a transition's cause records (for metrics), if any: a lost or restarted
-    node, a launch its node refused (the agent's "launch refused on <node>: ...") or never
-    showed started, or a trainer that failed once running."""
-    if cause.startswith("requeued: node "):
-        return "node-" + cause.rsplit(" ", 1)[1]  # node-lost | node-restarted
-    if cause.startswith(("trainer failed on ", "failed: ")):
-        if "launch refused on " in cause:
-            return "launch-refused"
-        if "not started on node " in cause:
-            return "launch-timeout"
-        return "trainer-failed"
-    return None
+    return f"{LAUNCH_TIMED_OUT}{node_id} within {timeout_s:g} s"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from domain.goodput import job_batch, model_for
 from domain.interleave import group_iteration_time
+from domain.progress import Segments
 from domain.workloads import FAMILIES, for_trace_model
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
@@ -164,23 +165,6 @@ def load_measured_overheads(path: Path) -> dict[str, dict[int, float]]:
     return out
 
 
-def advance(remaining: float, last: float, ready_at: float, now: float, iteration_s: float,
-            lost_s: float) -> float:
-    """Iterations left after running from `last` to `now`.
-
-    Progress starts at `ready_at` (after a restart) and the interval loses `lost_s` seconds
-    (a per-event charge). Node agents account with this; the scheduler uses the same function
-    to estimate progress between reports, so in a simulation the estimate is exact.
-    """
-    useful = now - (last if last > ready_at else ready_at) - lost_s
-    return remaining - useful / iteration_s if useful > 0 else remaining
-
-
-# Speed that changes with progress (a goodput-profiled job's epochs): (iterations done up to,
-# seconds per iteration) pieces, the last open-ended. See `domain.goodput`.
-Segments = tuple[tuple[float, float], ...]
-
-
 def progress_segments(spec: JobSpec, placement: GpuSlots, adaptive: bool,
                       done: float) -> Segments | None:
     """A goodput-profiled job's speed on a placement (None for every other job).
@@ -194,40 +178,6 @@ def progress_segments(spec: JobSpec, placement: GpuSlots, adaptive: bool,
     gpus = sum(len(g) for _, g in placement)
     batch = job_batch(spec.goodput, spec.batch_size, adaptive)
     return model_for(spec.goodput).segments(len(placement), gpus, done, batch)
-
-
-def advance_segments(remaining: float, total: float, last: float, ready_at: float, now: float,
-                     segments: Segments, lost_s: float) -> float:
-    """`advance` for a job whose speed changes with progress (`segments`)."""
-    useful = now - (last if last > ready_at else ready_at) - lost_s
-    if useful <= 0:
-        return remaining
-    done = total - remaining
-    for upto, per in segments:
-        if done >= upto:
-            continue
-        need = (upto - done) * per
-        if need >= useful:
-            done += useful / per
-            break
-        useful -= need
-        done = upto
-    return total - done
-
-
-def seconds_to_finish(remaining: float, total: float, segments: Segments) -> float:
-    """Running time a job with progress-dependent speed needs for `remaining` iterations."""
-    done = total - remaining
-    seconds = 0.0
-    for upto, per in segments:
-        if done >= upto:
-            continue
-        end = min(upto, total)
-        seconds += (end - done) * per
-        done = end
-        if done >= total:
-            break
-    return seconds
 
 
 def job_rates(spec: JobSpec, colocated: Sequence[JobSpec], model: OverheadModel,

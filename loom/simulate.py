@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import policies
-from domain.overhead import parse_overhead
 from loom.eventlog import EventLogWriter, RunInfo
 from loom.versions import running_versions
 from schemas.cluster import ClusterSpec
@@ -32,11 +30,9 @@ from services.runtime.clock import VirtualClock
 from services.runtime.kernel import SimKernel
 from services.runtime.recorder import RecordingBus
 from services.runtime.service import Core, Shell
-from services.scheduler.core import Replan, SchedulerConfig, SchedulerCore
-from services.scheduler.liveness import LivenessConfig, RetryPolicy
+from services.scheduler.build import build_scheduler
 
 BusKind = Literal["memory", "nats"]
-DEFAULT_SLOT_S = 60.0  # ElasticFlow's scheduling slot in its Fig. 8 runs
 
 
 @dataclass(frozen=True)
@@ -68,35 +64,12 @@ class SimResult:
 ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 
 
-def make_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | None = None,
-                   overhead: str = "none", placement: str | None = None, seed: int = 0,
-                   profile: ThroughputTable | None = None, free_at_once: bool = False,
-                   liveness: LivenessConfig | None = None, retry: RetryPolicy | None = None,
-                   tenants: TenantsConfig | None = None) -> SchedulerCore:
-    """The scheduler core with its policy configured, as simulations and live runs use it."""
-    policy = policies.make(policy_name)
-    # --round-s sets a slotted policy's slot; it makes any other policy round-based.
-    replan: Replan
-    if policy.replan == "slot":
-        replan, period = "slot", round_s or DEFAULT_SLOT_S
-    else:
-        replan = "round" if round_s is not None else policy.replan
-        period = round_s or 360.0
-    policy.configure(seed=seed, round_s=period, profile=profile)
-    config = SchedulerConfig(replan=replan, round_s=period, overhead=parse_overhead(overhead),
-                             placement=placement,  # type: ignore[arg-type]
-                             profile=profile, free_at_once=free_at_once, seed=seed,
-                             liveness=liveness or LivenessConfig(), retry=retry or RetryPolicy(),
-                             tenants=tenants)
-    return SchedulerCore(cluster, policy, config)
-
-
 async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     t0 = time.perf_counter()
-    scheduler = make_scheduler(cfg.policy, cfg.cluster, round_s=cfg.round_s,
-                               overhead=cfg.overhead, placement=cfg.placement, seed=cfg.seed,
-                               profile=cfg.profile, free_at_once=cfg.free_at_once,
-                               tenants=cfg.tenants)
+    scheduler = build_scheduler(cfg.policy, cfg.cluster, round_s=cfg.round_s,
+                                overhead=cfg.overhead, placement=cfg.placement, seed=cfg.seed,
+                                profile=cfg.profile, free_at_once=cfg.free_at_once,
+                                tenants=cfg.tenants)
     overhead, replan = scheduler.config.overhead, scheduler.config.replan
 
     kernel = SimKernel()

@@ -31,7 +31,7 @@ MAX_DEPTH = 12
 # What each subject carries; a subject not listed here (a test's own) takes any event type.
 SUBJECT_TYPES: dict[str, frozenset[str]] = {
     subjects.JOB_SUBMIT: frozenset({SUBMIT_TYPE}),
-    subjects.JOB_TRANSITION: frozenset({"loom.job.transition.v1"}),
+    subjects.JOB_TRANSITION: frozenset({"loom.job.transition.v1", "loom.job.transition.v2"}),
     subjects.JOB_FINISHED: frozenset({"loom.job.finished.v1"}),
     subjects.JOB_PROGRESS: frozenset({"loom.job.progress.v1"}),
     subjects.CYCLE_STARTED: frozenset({"loom.cycle.started.v1"}),

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.causes import Cause
 from schemas.job import JobId, JobSpec, JobState, SubmitJob
 from schemas.status import Status
 
@@ -27,8 +28,9 @@ class _Body(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class JobTransition(_Body):
-    """The scheduler moved a job between lifecycle states (the audit record)."""
+class JobTransitionV1(_Body):
+    """The scheduler moved a job between lifecycle states (the audit record), with its cause
+    as text only (`loom.job.transition.v1`, read but no longer written)."""
 
     job_id: JobId
     state: JobState
@@ -39,6 +41,30 @@ class JobTransition(_Body):
     iterations_done: float = 0.0
     status: Status | None = None
     spec: JobSpec | None = None  # on the first transition, so consumers know the job
+
+    def why(self) -> Cause:
+        """The transition's cause as a typed value."""
+        return Cause.from_v1(self.cause, self.state)
+
+
+class JobTransition(JobTransitionV1):
+    """Version 2: the cause also as a typed value (`reason`, whose text is `cause`)."""
+
+    reason: Cause
+
+    @model_validator(mode="after")
+    def _text_agrees(self) -> JobTransition:
+        if self.reason.text != self.cause:
+            raise ValueError(f"reason.text {self.reason.text!r} differs from cause "
+                             f"{self.cause!r}")
+        return self
+
+    def why(self) -> Cause:
+        return self.reason
+
+    def as_v1(self) -> JobTransitionV1:
+        """The same transition as version 1 (what a v1 log recorded)."""
+        return JobTransitionV1(**{k: getattr(self, k) for k in JobTransitionV1.model_fields})
 
 
 class CycleStarted(_Body):
@@ -218,7 +244,8 @@ class DeadLetter(_Body):
 
 EVENT_TYPES: dict[str, type[BaseModel]] = {
     "loom.job.submit.v1": SubmitJob,
-    "loom.job.transition.v1": JobTransition,
+    "loom.job.transition.v1": JobTransitionV1,
+    "loom.job.transition.v2": JobTransition,
     "loom.cycle.started.v1": CycleStarted,
     "loom.node.status.v1": NodeStatus,
     "loom.plan.decided.v1": PlanDecided,

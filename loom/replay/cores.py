@@ -8,11 +8,11 @@ from pydantic import ValidationError
 
 import policies
 from loom.eventlog import EventLog, EventLogError
-from loom.simulate import make_scheduler
 from schemas.cluster import ClusterSpec
 from schemas.throughputs import ThroughputTable
 from services.placer.binding import PlacerCore
 from services.runtime.service import Core
+from services.scheduler.build import build_scheduler
 from traces.throughputs import load_throughputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,10 +45,10 @@ def fresh_cores(log: EventLog) -> list[Core]:
     run = log.run
     if run.policy is not None:
         try:
-            cores.append(make_scheduler(run.policy, cluster, round_s=run.round_s,
-                                        overhead=run.overhead, placement=run.placement,
-                                        seed=run.seed, profile=profile_of(log),
-                                        free_at_once=run.free_at_once))
+            cores.append(build_scheduler(run.policy, cluster, round_s=run.round_s,
+                                         overhead=run.overhead, placement=run.placement,
+                                         seed=run.seed, profile=profile_of(log),
+                                         free_at_once=run.free_at_once))
         except (ValueError, policies.UnknownPolicy) as exc:  # the header's values, refused
             raise EventLogError(log.path, 0, f"header: {exc}") from None
     cores.append(PlacerCore(cluster))

@@ -35,7 +35,14 @@ from pydantic import BaseModel
 from loom.eventlog import EventLog, EventLogError, Record
 from schemas import subjects
 from schemas.codec import decode, encode
-from schemas.events import TYPE_OF, DeadLetter, Envelope, JobTransition, PlanDecided
+from schemas.events import (
+    TYPE_OF,
+    DeadLetter,
+    Envelope,
+    JobTransition,
+    JobTransitionV1,
+    PlanDecided,
+)
 from services.metrics.core import plan_record, transition_record
 from services.runtime.bus import decode_any, fallback_id
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
@@ -274,6 +281,8 @@ class CoreReplay:
     def differs(self, record: Record, env: Envelope, got: Decision) -> str | None:
         if isinstance(env.body, DeadLetter):  # recorded before dead letters were cut: cut it
             env = dataclasses.replace(env, body=env.body.cut())
+        if type(env.body) is JobTransitionV1 and isinstance(got.body, JobTransition):
+            got = dataclasses.replace(got, body=got.body.as_v1())  # a log of version 1
         if got.subject != record.subject:
             return f"subject {record.subject} recorded, {got.subject} replayed"
         if got.type != env.type:
@@ -306,7 +315,7 @@ class _Digest:
         self._h = hashlib.sha256()
 
     def add(self, env: Envelope) -> None:
-        if isinstance(env.body, JobTransition):
+        if isinstance(env.body, JobTransitionV1):  # either version
             self._h.update(transition_record(env.body, env.occurred_at).encode())
         elif isinstance(env.body, PlanDecided):
             self._h.update(plan_record(env.body, env.occurred_at).encode())

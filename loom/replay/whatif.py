@@ -12,7 +12,7 @@ from loom.replay.cores import cluster_of, profile_of
 from loom.replay.engine import recorded_envelope
 from loom.simulate import SimConfig, SimResult, run_simulation
 from schemas import subjects
-from schemas.events import JobTransition, PlanDecided
+from schemas.events import JobTransitionV1, PlanDecided
 from schemas.job import JobSpec, SubmitJob
 from services.metrics.core import MetricsCore
 from services.runtime.bus import decode_submit, fallback_id
@@ -26,7 +26,7 @@ def arrivals(log: EventLog) -> list[JobSpec]:
     for rec in log.records:
         if rec.subject == subjects.JOB_TRANSITION:
             env = recorded_envelope(rec)
-            if env is not None and isinstance(env.body, JobTransition) and env.body.spec:
+            if env is not None and isinstance(env.body, JobTransitionV1) and env.body.spec:
                 jobs.setdefault(env.body.job_id, env.body.spec)
     if jobs:
         return list(jobs.values())
@@ -51,7 +51,7 @@ def recorded_summary(log: EventLog) -> dict[str, object]:
     metrics = MetricsCore(cluster_of(log).total_gpus)
     for rec in log.records:
         env = recorded_envelope(rec)
-        if env is not None and isinstance(env.body, (JobTransition, PlanDecided)):
+        if env is not None and isinstance(env.body, (JobTransitionV1, PlanDecided)):
             metrics.handle(env, env.occurred_at)
     return {"policy": log.run.policy or "(recorded)", **metrics.summary()}
 

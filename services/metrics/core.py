@@ -11,10 +11,10 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from domain.causes import fault_kind
 from schemas import subjects
-from schemas.events import Envelope, JobTransition, NodeHeartbeat, PlanDecided
+from schemas.events import Envelope, JobTransitionV1, NodeHeartbeat, PlanDecided
 from schemas.job import JobState
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
@@ -72,7 +72,7 @@ class JobOutcome:
 
 # The decision log behind `decision_digest`: one canonical line per decision. Floats use repr
 # (shortest round-trip form), so equal values give equal lines on every bus and machine.
-def transition_record(t: JobTransition, at: float) -> str:
+def transition_record(t: JobTransitionV1, at: float) -> str:
     return (f"T {at!r} {t.job_id} {t.previous} {t.state} {t.cause} {t.gpus} {t.placement} "
             f"{t.iterations_done!r}\n")
 
@@ -127,7 +127,7 @@ class MetricsCore(CoreDefaults):
             self.heartbeats[body.node_id] = (env.occurred_at, body)
             return []
         self.decisions += 1
-        if isinstance(body, JobTransition):
+        if isinstance(body, JobTransitionV1):  # either version
             self._digest.update(transition_record(body, env.occurred_at).encode())
             self._on_transition(body, env.occurred_at)
         elif isinstance(body, PlanDecided):
@@ -165,7 +165,7 @@ class MetricsCore(CoreDefaults):
             self._placement[job_id] = gpus
             self._holders.update(gpus)
 
-    def _on_transition(self, t: JobTransition, at: float) -> None:
+    def _on_transition(self, t: JobTransitionV1, at: float) -> None:
         out = self.jobs.get(t.job_id)
         if out is None:
             spec = t.spec
@@ -196,9 +196,9 @@ class MetricsCore(CoreDefaults):
         if t.state is JobState.PREEMPTED:
             out.preemptions += 1
         if t.state in (JobState.PREEMPTED, JobState.FAILED):
-            kind = fault_kind(t.cause)
-            if kind is not None:
-                self.faults[kind] += 1
+            fault = t.why().fault
+            if fault is not None:
+                self.faults[fault] += 1
         if t.state.terminal and t.job_id in self._area_at_admit:
             admitted, area = self._area_at_admit.pop(t.job_id)
             now_area = self._contend(-1, at)
@@ -213,6 +213,9 @@ class MetricsCore(CoreDefaults):
             self.rejected += 1
         out.state = t.state
         out.cause = t.cause
+
+    def state(self, now: float) -> dict[str, Any]:
+        return {"now": now, "summary": self.summary()}
 
     def summary(self) -> dict[str, object]:
         jcts = sorted(j.jct_s for j in self.jobs.values() if j.jct_s is not None)

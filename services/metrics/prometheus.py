@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest, start_http_server
 from prometheus_client.registry import Collector
 
-from domain.causes import FAULT_KINDS
+from schemas.causes import FAULT_KINDS
 from schemas.cluster import ClusterSpec
 from schemas.job import JobState
 from services.metrics.core import MetricsCore

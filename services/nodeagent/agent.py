@@ -32,6 +32,7 @@ from domain.trainer_config import TrainerConfig
 from domain.workloads import FAMILIES, for_trace_model
 from schemas import subjects
 from schemas import trainer as protocol
+from schemas.causes import LAUNCH_REFUSED
 from schemas.cluster import NodeSpec
 from schemas.events import (
     CycleStarted,
@@ -254,7 +255,7 @@ class TrainerNodeCore(CoreDefaults):
         return [Publish(self._on(subjects.FINISHED), JobFinished(
             job_id=launch.job_id, node_id=self.node.node_id,
             iterations_done=launch.iterations_done, permanent=True,
-            failure=f"launch refused on {self.node.node_id}: {reason}"))]
+            failure=f"{LAUNCH_REFUSED}{self.node.node_id}: {reason}"))]
 
     def _spawn(self, launch: Launch, cycle: int) -> list[Effect]:
         me = self.node.node_id

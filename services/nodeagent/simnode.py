@@ -15,15 +15,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from domain.overhead import (
-    OverheadModel,
-    Segments,
-    advance,
-    advance_segments,
-    job_rates,
-    progress_segments,
-    seconds_to_finish,
-)
+from domain.overhead import OverheadModel, job_rates, progress_segments
+from domain.progress import RunProgress
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import (
@@ -39,38 +32,24 @@ from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.gate import CommandGate
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
-from services.runtime.service import CoreDefaults, Subscribe
+from services.runtime.logging import get_logger
+from services.runtime.service import CoreDefaults, Recorded, Subscribe
+
+log = get_logger("loom.nodeagent")
 
 
 @dataclass(slots=True)
 class _Run:
     spec: JobSpec
     leader: bool
-    remaining: float  # iterations
-    last: float  # progress accounted up to here
-    ready_at: float  # restart overhead ends here
-    iteration_s: float
-    per_event_s: float
-    segments: Segments | None = None  # speed by progress (goodput-profiled jobs)
+    progress: RunProgress
 
     def advance(self, now: float, interrupted: bool) -> None:
-        lost = self.per_event_s if interrupted else 0.0
-        if self.segments is not None:
-            self.remaining = advance_segments(self.remaining, self.spec.iterations, self.last,
-                                              self.ready_at, now, self.segments, lost)
-        else:
-            self.remaining = advance(self.remaining, self.last, self.ready_at, now,
-                                     self.iteration_s, lost)
-        self.last = now
+        self.progress.advance(now, self.progress.per_event_s if interrupted else 0.0)
 
     def finish_timer(self, now: float) -> SetTimer:
-        start = now if now > self.ready_at else self.ready_at
-        left = self.remaining if self.remaining > 0.0 else 0.0
-        if self.segments is not None:
-            at = start + seconds_to_finish(left, self.spec.iterations, self.segments)
-        else:
-            at = start + left * self.iteration_s
-        return SetTimer(("finish", self.spec.job_id), at, PRIORITY_INPUT)
+        return SetTimer(("finish", self.spec.job_id), self.progress.finish_at(now),
+                        PRIORITY_INPUT)
 
 
 class SimNodeCore(CoreDefaults):
@@ -95,6 +74,35 @@ class SimNodeCore(CoreDefaults):
             return (commands,)
         return (commands, Subscribe(subjects.CYCLE_STARTED))
 
+    def history_subjects(self) -> Sequence[str]:
+        node = self.node.node_id
+        return (subjects.node_command(node), subjects.node_subject(node, subjects.FINISHED),
+                *([subjects.CYCLE_STARTED] if self.overhead.charges_per_event else []))
+
+    def rebuild(self, history: Sequence[Recorded], now: float) -> list[Effect]:
+        """The node is deterministic in its commands (with the time they were sent): replay
+        them with the effects dropped (they were carried out), forget the jobs it reported
+        finished, and re-arm the finish timers of the rest."""
+        node = self.node.node_id
+        wanted = [s.subject for s in self.subscriptions()]
+        for rec in history:
+            body = rec.env.body
+            if isinstance(body, JobFinished):
+                if body.node_id == node:
+                    self.jobs.pop(body.job_id, None)
+                    self.gate.finish(body.job_id)
+            elif any(subjects.matches(w, rec.subject) for w in wanted):
+                if isinstance(body, NodeCommand) and body.node_id != node:
+                    continue
+                self.handle(rec.env, rec.env.occurred_at)
+        effects: list[Effect] = []
+        for run in self.jobs.values():
+            if run.leader:
+                run.advance(now, interrupted=False)
+                effects.append(run.finish_timer(now))
+        log.info("node agent rebuilt", node=node, jobs=len(self.jobs))
+        return effects
+
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
         if isinstance(body, CycleStarted):
@@ -116,7 +124,7 @@ class SimNodeCore(CoreDefaults):
         effects: list[Effect] = []
         for run in self.jobs.values():
             # Without a per-event charge nothing changes: the finish timer stands.
-            if run.leader and run.per_event_s:
+            if run.leader and run.progress.per_event_s:
                 run.advance(now, interrupted=True)
                 effects.append(run.finish_timer(now))
         return effects
@@ -128,7 +136,7 @@ class SimNodeCore(CoreDefaults):
             run = self.jobs.pop(stop.job_id, None)
             if run is not None and run.leader:
                 run.advance(now, interrupted=False)
-                stopped[stop.job_id] = run.spec.iterations - run.remaining
+                stopped[stop.job_id] = run.spec.iterations - run.progress.remaining
                 effects.append(CancelTimer(("finish", stop.job_id)))
         if stopped:
             effects.append(Publish(self._on(subjects.STATUS), NodeStatus(
@@ -138,7 +146,7 @@ class SimNodeCore(CoreDefaults):
         for launch, run in zip(cmd.launches, started, strict=True):
             if run.leader:
                 members = [self.jobs[j].spec for j in launch.colocated if j in self.jobs]
-                run.iteration_s, run.per_event_s = job_rates(
+                run.progress.iteration_s, run.progress.per_event_s = job_rates(
                     run.spec, members, self.overhead, self.node.gpu_type, self.profile,
                     gpu_count(launch.placement))
                 effects.append(run.finish_timer(now))
@@ -148,16 +156,15 @@ class SimNodeCore(CoreDefaults):
         spec = launch.spec
         gpus = gpu_count(launch.placement)
         leader = launch.placement[0][0] == self.node.node_id
-        run = _Run(
-            spec=spec,
-            leader=leader,
+        run = _Run(spec=spec, leader=leader, progress=RunProgress(
+            total=spec.iterations,
             remaining=spec.iterations - launch.iterations_done,
-            last=now,
+            at=now,
             ready_at=now + self.overhead.restart(spec, gpus),
             iteration_s=self.overhead.iteration_time(spec, self.node.gpu_type, gpus),
             per_event_s=self.overhead.per_event(spec),
             segments=progress_segments(spec, launch.placement, launch.adaptive_batch,
                                        launch.iterations_done) if leader else None,
-        )
+        ))
         self.jobs[spec.job_id] = run
         return run

@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas import subjects
 from schemas.codec import encode
@@ -35,6 +35,15 @@ class Subscribe:
     decoder: Decoder = decode_any
 
 
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One message of the event stream, with its stream sequence number (a rebuild's input)."""
+
+    seq: int
+    subject: str
+    env: Envelope
+
+
 class Core(Protocol):
     """A deterministic state machine: inputs are envelopes and timer keys, plus the time."""
 
@@ -48,15 +57,40 @@ class Core(Protocol):
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]: ...
 
+    def history_subjects(self) -> Sequence[str]:
+        """What the core rebuilds its state from after a restart (empty: it does not)."""
+        ...
+
+    def rebuild(self, history: Sequence[Recorded], now: float) -> list[Effect]:
+        """Restore the state from `history` (those subjects' messages, in stream order);
+        returns what to publish and arm on going live."""
+        ...
+
+    def state(self, now: float) -> dict[str, Any]:
+        """What operators and `loom status` read from the running service."""
+        ...
+
 
 class CoreDefaults:
-    """What most cores do at start and on timers: nothing (mix in and override as needed)."""
+    """What most cores do: nothing at start or on timers, no rebuild (mix in and override as
+    needed)."""
+
+    name: str
 
     def start(self, now: float) -> list[Effect]:
         return []
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
         raise KeyError(f"{type(self).__name__} set no timer {key!r}")
+
+    def history_subjects(self) -> Sequence[str]:
+        return ()
+
+    def rebuild(self, history: Sequence[Recorded], now: float) -> list[Effect]:
+        return []
+
+    def state(self, now: float) -> dict[str, Any]:
+        return {"now": now, "service": self.name}
 
 
 class Shell:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas.causes import Cause
 from schemas.job import JobState
 
 Q, R, P = JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED
@@ -36,7 +37,7 @@ class Transition:
     at: float
     previous: JobState | None
     state: JobState
-    cause: str
+    cause: Cause
 
 
 def check(previous: JobState | None, state: JobState, job_id: str) -> None:

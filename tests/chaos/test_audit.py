@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from domain import causes
 from schemas.events import JobFinished, JobTransition, Launch, PlanDecided, Stop
 from schemas.job import JobState
 from tests.builders import make_job
@@ -25,7 +26,7 @@ def plan(launches: tuple[Launch, ...] = (), stops: tuple[str, ...] = (), term: i
 def done(job: str) -> list[Any]:
     return [JobFinished(job_id=job, node_id="n0", iterations_done=100),
             JobTransition(job_id=job, state=JobState.FINISHED, previous=JobState.RUNNING,
-                          cause="completed")]
+                          cause="completed", reason=causes.COMPLETED)]
 
 
 def stream(*bodies: Any, skip: int | None = None) -> list[Message]:

@@ -87,6 +87,6 @@ def test_loom_serve_scheduler_gets_the_tenants_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"tenants": {"lab": {"weight": 2, "max_gpus": 4}}}))
     opts = ServeOptions("scheduler", "nats://127.0.0.1:1", load_cluster("n8g8"),
                         tenants=load_tenants(path))
-    core, _ = build_service(opts)
+    core = build_service(opts).core
     assert isinstance(core, SchedulerCore) and core.config.tenants is not None
     assert core.config.tenants.limits("lab") == TenantLimits(weight=2, max_gpus=4)

@@ -21,7 +21,7 @@ from domain.goodput import (
     step_time,
     throughput,
 )
-from domain.overhead import advance_segments, seconds_to_finish
+from domain.progress import advance_segments, seconds_to_finish
 from schemas.job import GoodputProfile
 from traces.readers import read_table
 from traces.readers.pollux import PROFILE_DIR, applications, load_profile

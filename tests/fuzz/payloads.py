@@ -17,6 +17,7 @@ import msgpack
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from domain import causes
 from schemas import subjects
 from schemas.codec import (
     MAX_DEPTH,
@@ -49,7 +50,7 @@ SPEC = make_job("fz-1").build()
 SAMPLE_BODIES: dict[str, Any] = {
     subjects.JOB_SUBMIT: SubmitJob.from_spec(SPEC),
     subjects.JOB_TRANSITION: JobTransition(job_id="fz-1", state=JobState.QUEUED, previous=None,
-                                           cause="submitted", spec=SPEC),
+                                           cause="admitted", reason=causes.ADMITTED, spec=SPEC),
     subjects.JOB_FINISHED: JobFinished(job_id="fz-1", node_id="n0", iterations_done=100.0),
     subjects.JOB_PROGRESS: TrainerReport(job_id="fz-1", node_id="n0", event="progress",
                                          iteration=3),

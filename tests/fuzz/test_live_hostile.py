@@ -45,7 +45,7 @@ def consumers(url: str) -> dict[str, list[str]]:
     """Subject → the services consuming it, from the cores' own subscriptions."""
     found: dict[str, list[str]] = {}
     for service in SERVICES:
-        core, _ = build_service(options(service, url))
+        core = build_service(options(service, url)).core
         for sub in core.subscriptions():
             found.setdefault(sub.subject, []).append(core.name)
     return found

@@ -15,10 +15,10 @@ from schemas.cluster import NodeSpec
 from schemas.events import Envelope, JobFinished, Launch, NodeCommand, envelope
 from services.nodeagent.simnode import SimNodeCore
 from services.runtime.clock import WallClock
+from services.runtime.history import recover
 from services.runtime.nats_live import NatsLiveBus
 from services.runtime.natsserver import EmbeddedNats
 from services.runtime.service import Shell
-from services.scheduler.recovery import recover
 from tests.builders import make_job
 from tests.integration.pipeline import Collector
 

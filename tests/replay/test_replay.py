@@ -14,7 +14,7 @@ from loom.replay.cores import fresh_cores
 from loom.replay.engine import ReplayResult, check_digest, recorded_envelope, replay
 from loom.simulate import SimConfig, run_simulation
 from schemas.codec import encode
-from schemas.events import JobTransition, NodeCommand, PlanDecided
+from schemas.events import JobTransitionV1, NodeCommand, PlanDecided
 from services.runtime.natsserver import EmbeddedNats
 from tests.builders import cluster, make_job, simulate
 
@@ -95,7 +95,7 @@ def _later(env_time_shift: float) -> Callable[[Record], Record]:
 
 
 ALTERATIONS: list[tuple[str, type[BaseModel], int, Edit, str, str]] = [
-    ("transition cause", JobTransition, 7,
+    ("transition cause", JobTransitionV1, 7,  # the bundled logs are of version 1
      lambda b: b.model_copy(update={"cause": "tampered"}), "scheduler", "body differs: cause"),
     ("plan running count", PlanDecided, 5,
      lambda b: b.model_copy(update={"running": b.running + 1}), "scheduler",

@@ -3,6 +3,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from domain import causes
 from schemas.codec import CodecError, decode, decode_submission, encode
 from schemas.events import (
     EVENT_TYPES,
@@ -27,7 +28,8 @@ PROFILED = SPEC.model_copy(update={
 BODIES = [
     SubmitJob.from_spec(SPEC),
     JobTransition(job_id="j1", state=JobState.RUNNING, previous=JobState.QUEUED, cause="started",
-                  gpus=4, placement=(("n0", (0, 1)), ("n1", (2, 3))), spec=SPEC,
+                  reason=causes.STARTED, gpus=4, placement=(("n0", (0, 1)), ("n1", (2, 3))),
+                  spec=SPEC,
                   status=Status(code=StatusCode.RUNNING, reason="x", decided_by="srtf")),
     PlanDecided(cycle=3, launches=(Launch(job_id="j1", spec=SPEC, placement=(("n0", (0,)),)),
                                    Launch(job_id="j2", spec=PROFILED,

@@ -7,16 +7,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from loom.simulate import make_scheduler
 from schemas import subjects
 from schemas.events import JobFinished, JobTransition, PlanDecided, envelope
 from schemas.job import JobSpec, JobState, SubmitJob
 from services.runtime.effects import Effect, Publish, SetTimer
+from services.runtime.service import Recorded
+from services.scheduler.build import build_scheduler
 from services.scheduler.core import SchedulerCore
-from services.scheduler.recovery import SCHEDULER_HISTORY, Recorded, rebuild_scheduler
+from services.scheduler.recovery import HISTORY
 from tests.builders import cluster, make_job
 
-RECORDED = set(SCHEDULER_HISTORY)
+RECORDED = set(HISTORY)
 
 
 @dataclass
@@ -65,7 +66,7 @@ def progress(core: SchedulerCore) -> dict[str, float]:
 
 
 def history(policy: str) -> Run:
-    run = Run(make_scheduler(policy, cluster(2, 4)))
+    run = Run(build_scheduler(policy, cluster(2, 4)))
     for i, gpus in enumerate((4, 2, 2, 4, 1, 8)):
         run.submit(make_job(f"j{i}").gpus(gpus).runs_for(100 * (6 - i)).submit(i).build(),
                    float(i))
@@ -80,8 +81,8 @@ def history(policy: str) -> Run:
 @pytest.mark.parametrize("policy", ["fifo", "srtf", "tiresias"])
 def test_rebuilt_table_and_next_decision_match(policy: str) -> None:
     run = history(policy)
-    fresh = make_scheduler(policy, cluster(2, 4))
-    effects = rebuild_scheduler(fresh, run.stream, 40.0)
+    fresh = build_scheduler(policy, cluster(2, 4))
+    effects = fresh.rebuild(run.stream, 40.0)
     assert table(fresh) == table(run.core)
     assert fresh.cycle == run.core.cycle
     assert [e for e in effects if isinstance(e, SetTimer)] == [SetTimer("cycle", 40.0, 10)]
@@ -105,8 +106,8 @@ def test_a_plan_stored_without_its_transitions_is_repaired() -> None:
     cut = max(r.seq for r in run.stream if isinstance(r.env.body, PlanDecided))
     plan = run.stream[cut - 1].env.body
     assert isinstance(plan, PlanDecided) and plan.launches
-    fresh = make_scheduler("fifo", cluster(2, 4))
-    effects = rebuild_scheduler(fresh, run.stream[:cut], 40.0)  # the crash fell here
+    fresh = build_scheduler("fifo", cluster(2, 4))
+    effects = fresh.rebuild(run.stream[:cut], 40.0)  # the crash fell here
     repaired = [e.body for e in effects if isinstance(e, Publish)]
     assert {t.job_id for t in repaired if isinstance(t, JobTransition)} == {
         x.job_id for x in plan.launches}
@@ -118,8 +119,8 @@ def test_a_plan_stored_without_its_transitions_is_repaired() -> None:
 
 def test_resubmitted_and_refinished_inputs_change_nothing() -> None:
     run = history("fifo")
-    fresh = make_scheduler("fifo", cluster(2, 4))
-    rebuild_scheduler(fresh, run.stream, 40.0)
+    fresh = build_scheduler("fifo", cluster(2, 4))
+    fresh.rebuild(run.stream, 40.0)
     before = table(fresh)
     spec = run.core.jobs["j0"].spec
     assert fresh.handle(envelope(SubmitJob.from_spec(spec), event_id="s-j0", occurred_at=41.0,

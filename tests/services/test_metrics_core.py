@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.events import JobTransition, PlanDecided, envelope
+from schemas.events import JobTransitionV1, PlanDecided, envelope
 from schemas.job import JobState
 from services.metrics.core import MetricsCore, percentile
 from tests.builders import make_job
@@ -17,7 +17,7 @@ def _feed(m: MetricsCore, t: float, body) -> None:  # type: ignore[no-untyped-de
 
 
 def _tr(job, state, prev, spec=None):  # type: ignore[no-untyped-def]
-    return JobTransition(job_id=job, state=state, previous=prev, cause="x", spec=spec)
+    return JobTransitionV1(job_id=job, state=state, previous=prev, cause="x", spec=spec)
 
 
 def _run_script(m: MetricsCore) -> None:

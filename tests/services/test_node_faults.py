@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 import policies
-from domain.causes import fault_kind, launch_timeout_failure
+from domain.causes import launch_timeout_failure
 from schemas import subjects
+from schemas.causes import Cause
 from schemas.events import (
     JobFinished,
     JobTransition,
@@ -340,7 +341,7 @@ def test_a_launch_its_node_never_shows_started_frees_its_gpus_at_the_deadline(
     (t,) = published(effects, JobTransition)
     assert t.state is JobState.PREEMPTED
     assert t.cause.startswith("trainer failed on n0 (not started on node n0 within 60 s)")
-    assert "a" not in core._running  # its GPUs are free for the next cycle
+    assert "a" not in core.jobs.running  # its GPUs are free for the next cycle
     assert core.status("a").decided_by == "retry"
 
 
@@ -504,8 +505,9 @@ def test_metrics_count_each_kind_of_fault() -> None:
     (f"failed: {launch_timeout_failure('n0', 5)}", "launch-timeout"),
     ("completed", None), ("suspended", None),
 ])
-def test_each_fault_is_counted_under_its_kind(cause: str, kind: str | None) -> None:
-    assert fault_kind(cause) == kind
+def test_a_version_1_cause_is_read_as_its_fault(cause: str, kind: str | None) -> None:
+    state = JobState.PREEMPTED if cause.startswith(("requeued", "trainer")) else JobState.FAILED
+    assert Cause.from_v1(cause, state).fault == kind
 
 
 @pytest.mark.parametrize("name", ["fifo", "srtf", "tiresias", "muri-s", "edf", "elasticflow"])

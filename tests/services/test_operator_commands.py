@@ -64,7 +64,7 @@ def test_cancel_a_waiting_job() -> None:
     effects = deliver(core, op("cancel", job_id="b"), 5.0)
     assert published(effects, PlanDecided) == []
     assert core.jobs["b"].state is JobState.FAILED
-    assert "b" not in core._views
+    assert "b" not in core.views
 
 
 def test_suspend_holds_a_job_out_of_the_policy_until_resumed() -> None:
@@ -78,7 +78,7 @@ def test_suspend_holds_a_job_out_of_the_policy_until_resumed() -> None:
     assert deliver(core, op("suspend", job_id="a"), 11.0) == []  # idempotent
     deliver(core, op("resume", job_id="a"), 20.0)
     assert core.status("a").code is not StatusCode.SUSPENDED
-    assert "a" in core._views
+    assert "a" in core.views
     assert deliver(core, op("resume", job_id="a"), 21.0) == []  # idempotent
 
 

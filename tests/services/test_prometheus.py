@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas.events import GpuSample, JobTransition, NodeHeartbeat, envelope
+from schemas.events import GpuSample, JobTransitionV1, NodeHeartbeat, envelope
 from schemas.job import JobState
 from services.metrics.core import MetricsCore
 from services.metrics.prometheus import exposition, histogram, registry_for, serve_http
@@ -17,7 +17,7 @@ from tests.builders import cluster, make_job
 Q, R, F, J = JobState.QUEUED, JobState.RUNNING, JobState.FINISHED, JobState.REJECTED
 
 
-def feed(m: MetricsCore, t: float, tr: JobTransition) -> None:
+def feed(m: MetricsCore, t: float, tr: JobTransitionV1) -> None:
     m.handle(envelope(tr, event_id=f"e{t}{tr.job_id}{tr.state}", occurred_at=t,
                       producer="scheduler", causation_id=None), t)
 
@@ -28,14 +28,14 @@ def scripted() -> MetricsCore:
     a = make_job("a").gpus(2).submit(0).build()
     b = make_job("b").gpus(4).submit(0).build()
     c = make_job("c").gpus(2).submit(0).build()
-    feed(m, 0, JobTransition(job_id="a", state=Q, previous=None, cause="x", spec=a))
-    feed(m, 0, JobTransition(job_id="b", state=Q, previous=None, cause="x", spec=b))
-    feed(m, 0, JobTransition(job_id="c", state=J, previous=None, cause="x", spec=c))
-    feed(m, 100, JobTransition(job_id="a", state=R, previous=Q, cause="x",
+    feed(m, 0, JobTransitionV1(job_id="a", state=Q, previous=None, cause="x", spec=a))
+    feed(m, 0, JobTransitionV1(job_id="b", state=Q, previous=None, cause="x", spec=b))
+    feed(m, 0, JobTransitionV1(job_id="c", state=J, previous=None, cause="x", spec=c))
+    feed(m, 100, JobTransitionV1(job_id="a", state=R, previous=Q, cause="x",
                                placement=(("n0", (0, 1)),)))
-    feed(m, 100, JobTransition(job_id="b", state=R, previous=Q, cause="x",
+    feed(m, 100, JobTransitionV1(job_id="b", state=R, previous=Q, cause="x",
                                placement=(("n1", (0, 1, 2, 3)),)))
-    feed(m, 600, JobTransition(job_id="a", state=F, previous=R, cause="x"))
+    feed(m, 600, JobTransitionV1(job_id="a", state=F, previous=R, cause="x"))
     return m
 
 

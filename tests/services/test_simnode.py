@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.overhead import advance, parse_overhead
+from domain.overhead import parse_overhead
+from domain.progress import advance
 from schemas.cluster import NodeSpec
 from schemas.events import (
     CycleStarted,

@@ -1,0 +1,40 @@
+"""How a scheduler runs: its re-planning, overhead model, placement, faults and tenants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from domain.overhead import OverheadModel, parse_overhead
+from domain.placement import SCHEMES, Scheme
+from policies.base import Replan
+from schemas.tenants import TenantsConfig
+from schemas.throughputs import ThroughputTable
+from services.scheduler.liveness import LivenessConfig, RetryPolicy
+
+DEFAULT_SLOT_S = 60.0  # ElasticFlow's scheduling slot in its Fig. 8 runs
+DEFAULT_ROUND_S = 360.0
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    replan: Replan = "event"
+    round_s: float = DEFAULT_ROUND_S
+    overhead: OverheadModel = field(default_factory=lambda: parse_overhead("none"))
+    placement: Scheme | None = None  # None: the policy's own scheme
+    profile: ThroughputTable | None = None  # co-located throughputs (Gavel's space sharing)
+    # Rounds: re-plan as soon as a job finishes, so its GPUs do not idle until the round ends
+    # (Gavel's simulator leaves them idle).
+    free_at_once: bool = False
+    seed: int = 0  # for policies set at run time (`loom set-policy`)
+    liveness: LivenessConfig = field(default_factory=LivenessConfig)  # lost nodes
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # failed trainers
+    # Quotas and fair share in front of the policy (policies.mechanisms.admission); None: no limits.
+    tenants: TenantsConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.replan not in ("event", "round", "slot"):
+            raise ValueError(f"replan must be 'event', 'round' or 'slot', not {self.replan!r}")
+        if self.round_s <= 0:
+            raise ValueError("round_s must be positive")
+        if self.placement is not None and self.placement not in SCHEMES:
+            raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(SCHEMES)}")

@@ -1,0 +1,176 @@
+"""The scheduler's job table: every job's record, and every transition a job makes.
+
+All state changes of a job go through `JobTable.transition` (checked against the lifecycle's
+table and published) or, when a scheduler is rebuilt from the stream, `JobTable.restore`
+(the same bookkeeping, from a transition already published).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from domain.progress import RunProgress
+from policies.base import JobView
+from schemas import subjects
+from schemas.causes import Cause
+from schemas.events import GpuSlots, JobTransition, JobTransitionV1, gpu_count
+from schemas.job import JobSpec, JobState
+from schemas.status import Status
+from services.runtime.effects import Publish
+from services.scheduler.lifecycle import Transition, check
+
+# Every distinct set of nodes jobs have run on, once: a record keeps its set for good (a late
+# report of a finished job is checked against it), and a million jobs on a few nodes each
+# would otherwise hold a million copies of a few sets (216 bytes each).
+_HOST_SETS: dict[frozenset[str], frozenset[str]] = {}
+
+
+@dataclass(slots=True)
+class JobRecord:
+    spec: JobSpec
+    admitted: int = 0  # admission order: ties between jobs resolve in this order
+    state: JobState | None = None
+    iterations_done: float = 0.0
+    reported: float = 0.0  # progress at launch or as a node last reported it (a lost node's
+    # jobs restart from here)
+    run: RunProgress | None = None  # the estimate of its current run, while it runs
+    group: tuple[str, ...] = ()  # jobs sharing its GPUs, itself included; () when alone
+    attained_s: float = 0.0
+    accounted_at: float = 0.0
+    placement: GpuSlots = ()
+    preemptions: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    status: Status | None = None
+    history: list[Transition] = field(default_factory=list)
+    launched_by: tuple[int, int] | None = None  # (term, cycle) of the plan of its current run
+    unseen: int = 0  # heartbeats since then that should have listed its run and did not
+    confirmed: bool = False  # its node has shown the current run (heartbeat, progress, end)
+    hosts: frozenset[str] = frozenset()  # every node it has been placed on: the only ones
+    # whose word about it counts
+
+    def place(self, slots: GpuSlots) -> None:
+        self.placement = slots
+        nodes = {n for n, _ in slots}
+        if not nodes <= self.hosts:
+            hosts = self.hosts.union(nodes)
+            self.hosts = _HOST_SETS.setdefault(hosts, hosts)
+
+    def unplace(self) -> None:
+        """Off its GPUs (stopped, requeued, failed): no placement, group or run estimate."""
+        self.placement, self.group, self.run = (), (), None
+
+    def on_node(self, node: str) -> bool:
+        """Whether its placement uses `node`."""
+        return any(n == node for n, _ in self.placement)
+
+    def view(self) -> JobView:
+        running = self.state is JobState.RUNNING
+        return JobView.make(self.spec, running, self.iterations_done, self.attained_s,
+                            self.preemptions, gpu_count(self.placement) if running else 0)
+
+
+def admission_order(rec: JobRecord) -> int:
+    return rec.admitted
+
+
+class JobTable(Mapping[str, JobRecord]):
+    """The records (by job id, in admission order), the running ones, the jobs an operator
+    suspended, and each tenant's count of waiting jobs (for its quota)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, JobRecord] = {}
+        self.running: dict[str, JobRecord] = {}
+        self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
+        self._waiting: Counter[str] = Counter()  # queued or preempted jobs, by tenant
+
+    def __getitem__(self, job_id: str) -> JobRecord:
+        return self._records[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def waiting(self, tenant: str) -> int:
+        return self._waiting[tenant]
+
+    def add(self, spec: JobSpec, now: float, status: Status | None = None) -> JobRecord:
+        """A new record (admitted, or refused with `status`), next in admission order."""
+        rec = JobRecord(spec=spec, admitted=len(self._records), accounted_at=now,
+                        status=status)
+        self._records[spec.job_id] = rec
+        return rec
+
+    def running_in_order(self) -> list[JobRecord]:
+        return sorted(self.running.values(), key=admission_order)
+
+    def transition(self, rec: JobRecord, state: JobState, cause: Cause, now: float, *,
+                   with_spec: bool = False) -> Publish:
+        """Move a job to `state` (a legal move, or this raises), and the event that says so."""
+        check(rec.state, state, rec.spec.job_id)
+        self._count_waiting(rec.spec.tenant, rec.state, state)
+        rec.history.append(Transition(now, rec.state, state, cause))
+        previous, rec.state = rec.state, state
+        running = state is JobState.RUNNING
+        return Publish(subjects.JOB_TRANSITION, JobTransition(
+            job_id=rec.spec.job_id, state=state, previous=previous, cause=cause.text,
+            reason=cause,
+            gpus=gpu_count(rec.placement) if running else 0,
+            placement=rec.placement if running else (),
+            iterations_done=rec.iterations_done,
+            status=rec.status if state.terminal else None,
+            spec=rec.spec if with_spec else None))
+
+    def restore(self, t: JobTransitionV1, at: float) -> bool:
+        """Redo a published transition on the table (a scheduler rebuilt from the stream);
+        False if it has nothing to restore (a job rejected before it had a valid spec)."""
+        rec = self._records.get(t.job_id)
+        if rec is None:
+            if t.spec is None:
+                return False
+            rec = self.add(t.spec, at)
+        if rec.state is JobState.RUNNING:
+            rec.attained_s += at - rec.accounted_at
+        rec.accounted_at = at
+        cause = t.why()
+        self._count_waiting(rec.spec.tenant, rec.state, t.state)
+        rec.history.append(Transition(at, rec.state, t.state, cause))
+        rec.state = t.state
+        rec.iterations_done = t.iterations_done
+        if t.state is JobState.RUNNING:
+            rec.place(t.placement)
+            if rec.started_at is None:
+                rec.started_at = at
+            self.held.discard(t.job_id)
+        elif t.state in (JobState.PREEMPTED, JobState.FAILED):  # a finished job keeps its
+            rec.placement = ()  # GPUs' record, as the live core does
+        if t.state is JobState.PREEMPTED:
+            rec.preemptions += 1
+            if cause.kind == "suspended":
+                self.held.add(t.job_id)
+        if t.state.terminal:
+            rec.status, rec.ended_at = t.status, at
+            self.held.discard(t.job_id)
+        return True
+
+    def check_host(self, job_id: str, node: str) -> None:
+        """A node speaks only of jobs placed on it (now or before): anything else is forged
+        or misrouted, and raises (the shell dead-letters the event with this reason)."""
+        rec = self._records.get(job_id)
+        if rec is None:
+            raise ValueError(f"node {node} reports on job {job_id!r}, which the scheduler does "
+                             "not know")
+        if node not in rec.hosts:
+            where = ", ".join(sorted(rec.hosts)) or "no node yet"
+            raise ValueError(f"node {node} reports on job {job_id!r}, which was never placed "
+                             f"there (placed on: {where})")
+
+    def _count_waiting(self, tenant: str, before: JobState | None, after: JobState) -> None:
+        if before is not None and before.waiting:
+            self._waiting[tenant] -= 1
+        if after.waiting:
+            self._waiting[tenant] += 1
