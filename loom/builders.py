@@ -18,7 +18,7 @@ from services.metrics.core import MetricsCore
 from services.nodeagent.agent import DEFAULT_GRACE_S, TrainerNodeCore, TrainerSettings
 from services.nodeagent.gpu import FakeBackend, GpuBackend, detect_backend
 from services.nodeagent.simnode import SimNodeCore
-from services.placer.binding import PlacerCore
+from services.placer.core import PlacerCore
 from services.runtime.nats_auth import NatsAuth
 from services.runtime.service import Core
 from services.runtime.stream_limits import StreamLimits

@@ -24,7 +24,7 @@ from schemas.throughputs import ThroughputTable
 from services.injector.core import InjectorCore
 from services.metrics.core import JobOutcome, MetricsCore
 from services.nodeagent.simnode import SimNodeCore
-from services.placer.binding import PlacerCore
+from services.placer.core import PlacerCore
 from services.runtime.bus import Bus, MemoryBus
 from services.runtime.clock import VirtualClock
 from services.runtime.kernel import SimKernel

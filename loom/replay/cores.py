@@ -10,7 +10,7 @@ import policies
 from loom.eventlog import EventLog, EventLogError
 from schemas.cluster import ClusterSpec
 from schemas.throughputs import ThroughputTable
-from services.placer.binding import PlacerCore
+from services.placer.core import PlacerCore
 from services.runtime.service import Core
 from services.scheduler.build import build_scheduler
 from traces.throughputs import load_throughputs

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.events import GpuSample, NodeHeartbeat, envelope
 from services.metrics.prometheus import exposition, registry_for
 from tests.builders import cluster
-from tests.services.test_prometheus import scripted
+from tests.services.metrics.test_prometheus import scripted
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "loom-dashboard.json"
 PROMQL_FUNCTIONS = {"histogram_quantile", "sum", "by", "le", "clamp_min", "time", "rate"}

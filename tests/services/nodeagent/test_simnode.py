@@ -3,7 +3,6 @@ from __future__ import annotations
 import pytest
 
 from domain.overhead import parse_overhead
-from domain.progress import advance
 from schemas.cluster import NodeSpec
 from schemas.events import (
     CycleStarted,
@@ -110,17 +109,3 @@ def test_overhead_models(text: str, per_event: float, restart: float, slowdown: 
 def test_bad_overhead_is_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="overhead"):
         parse_overhead(text)
-
-
-@pytest.mark.parametrize(
-    ("remaining", "last", "ready", "now", "lost", "expected"),
-    [
-        (100, 0, 0, 10, 0, 90),
-        (100, 0, 0, 10, 4, 94),
-        (100, 0, 0, 3, 4, 100),  # a short interval loses all, never negative progress
-        (100, 0, 5, 10, 0, 95),  # progress only after the restart delay
-    ],
-)
-def test_advance(remaining: float, last: float, ready: float, now: float, lost: float,
-                 expected: float) -> None:
-    assert advance(remaining, last, ready, now, 1.0, lost) == expected

@@ -19,7 +19,7 @@ from schemas.events import (
     Stop,
     envelope,
 )
-from services.placer.binding import DoubleBooking, PlacerCore
+from services.placer.core import DoubleBooking, PlacerCore
 from services.runtime.effects import Effect, Publish
 from services.runtime.service import RetryLater
 from tests.builders import cluster, make_job

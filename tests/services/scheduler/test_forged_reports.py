@@ -21,7 +21,7 @@ from schemas.events import (
     envelope,
 )
 from schemas.job import JobState, SubmitJob
-from services.placer.binding import PlacerCore
+from services.placer.core import PlacerCore
 from services.runtime.effects import Publish
 from services.scheduler.core import SchedulerConfig, SchedulerCore
 from tests.builders import cluster, make_job

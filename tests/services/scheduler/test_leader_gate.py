@@ -130,7 +130,7 @@ def plan_env(event_id: str, term: int, cycle: int, *launches: Launch) -> object:
 
 
 def test_placer_binds_a_redelivered_plan_once_and_refuses_older_terms() -> None:
-    from services.placer.binding import HeldByAnother, PlacerCore, StaleTerm
+    from services.placer.core import HeldByAnother, PlacerCore, StaleTerm
     from services.runtime.service import RetryLater
     from tests.builders import cluster
 
@@ -151,7 +151,7 @@ def test_a_plan_made_before_a_jobs_completion_does_not_launch_it_again() -> None
     """A plan and the finish report of a job it relaunches cross on their way to the placer
     (separate consumers): the completed job is not bound, so its GPU stays free for the next
     plan instead of being held for a job no node will run (found by the chaos test)."""
-    from services.placer.binding import PlacerCore
+    from services.placer.core import PlacerCore
     from tests.builders import cluster
 
     def finished(job: str, failure: str | None = None) -> object:
@@ -176,7 +176,7 @@ def test_a_plan_made_before_a_jobs_completion_does_not_launch_it_again() -> None
 
 def test_a_failure_from_a_run_the_job_has_left_does_not_stop_its_current_run() -> None:
     from schemas.events import PlanDecided, Stop
-    from services.placer.binding import PlacerCore
+    from services.placer.core import PlacerCore
     from tests.builders import cluster
 
     placer = PlacerCore(cluster(2, 4))

@@ -1,0 +1,52 @@
+"""The run-progress estimator shared by the simulated node, the scheduler and `loom status`."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from domain.progress import RunProgress, advance
+
+
+@pytest.mark.parametrize(
+    ("remaining", "last", "ready", "now", "lost", "expected"),
+    [
+        (100, 0, 0, 10, 0, 90),
+        (100, 0, 0, 10, 4, 94),
+        (100, 0, 0, 3, 4, 100),  # a short interval loses all, never negative progress
+        (100, 0, 5, 10, 0, 95),  # progress only after the restart delay
+    ],
+)
+def test_advance(remaining: float, last: float, ready: float, now: float, lost: float,
+                 expected: float) -> None:
+    assert advance(remaining, last, ready, now, 1.0, lost) == expected
+
+
+SEGMENTS = ((50.0, 2.0), (80.0, 1.0), (1e18, 0.5))  # slower first, then faster
+
+
+@pytest.mark.parametrize("segments", [None, SEGMENTS], ids=["flat", "segments"])
+@given(done=st.floats(0, 99), ready=st.floats(0, 50), at=st.floats(0, 50),
+       later=st.floats(0, 500))
+def test_a_run_finishes_when_the_estimate_says(segments: tuple[tuple[float, float], ...] | None,
+                                               done: float, ready: float, at: float,
+                                               later: float) -> None:
+    run = RunProgress(total=100, remaining=100 - done, at=at, ready_at=ready, iteration_s=2.0,
+                      segments=segments)
+    now = at + later
+    end = run.finish_at(now)
+    assert end >= max(now, ready)
+    if run.left_at(now) <= 0:  # done by now, as far as the estimate goes
+        assert end == max(now, ready)
+        return
+    assert run.left_at(end) == pytest.approx(0.0, abs=1e-6)
+    # Asking later changes nothing while nothing interrupts the run.
+    assert run.finish_at(now + (end - now) / 2) == pytest.approx(end)
+
+
+def test_accounting_up_to_now_then_asking_gives_the_same_end() -> None:
+    run = RunProgress(total=100, remaining=100, at=0.0, ready_at=10.0, iteration_s=1.0)
+    asked = run.finish_at(30.0)
+    run.advance(30.0, 0.0)
+    assert run.remaining == 80 and run.finish_at(30.0) == asked == 110.0
