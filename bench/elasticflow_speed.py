@@ -16,7 +16,7 @@ admitted on n16g8.
 --simulation=True --schedule=ef-accessctrl`, its dependencies in the interpreter given) and
 then Loom on the same 1,000-job generated trace (λ = 1500 s, seed 0; n16g8, A100, 240 s
 slots) and prints both ratios, wall times and the speed-up, and how Loom's cycle kernel was
-compiled (`policies.elasticflow_aot`). Loom runs with `--no-plot` (the artifact writes logs
+compiled (`policies.elasticflow.aot`). Loom runs with `--no-plot` (the artifact writes logs
 and no figure) once before the artifact and once after, so that a drift in the machine's
 speed shows, then as `loom sim` runs by default (drawing jct_cdf.png too).
 """
@@ -99,7 +99,7 @@ def admission(admitted: int, repeat: int = 5) -> None:
 
     import policies
     from loom.cli import main as loom
-    from policies.elasticflow import ElasticFlow, Need, plan_all
+    from policies.elasticflow import ElasticFlow, Need, planner_for
     from tests.policies.driver import Driver
     from traces import load_cluster, load_trace
     from traces.scaling import load_scaling, with_scaling
@@ -128,7 +128,8 @@ def admission(admitted: int, repeat: int = 5) -> None:
     now = 0.0  # the clock stands still, so no admitted job finishes in between
     # Before timing: load plan_all's compiled code (the policy runs the fused `plan_cycle`),
     # and fill `speeds` with every job's table, as the policy keeps its own between cycles.
-    plan_all([Need.of(r.view(), speeds) for r in driver.jobs.values()][:1], now, total, 240.0)
+    first_needs = [Need.of(r.view(), speeds) for r in driver.jobs.values()][:1]
+    planner_for(first_needs).plan_all(first_needs, now, total, 240.0)
     for k in range(repeat):
         driver.add(jobs[admitted + k])
         # The decision alone: every active job's need, in deadline order, planned at its
@@ -141,7 +142,7 @@ def admission(admitted: int, repeat: int = 5) -> None:
         t0 = time.perf_counter()
         needs = sorted((Need.of(r.view(), speeds) for r in driver.jobs.values()),
                        key=lambda n: n.deadline)
-        ok, _, _ = plan_all(needs, now, total, 240.0)
+        ok, _, _ = planner_for(needs).plan_all(needs, now, total, 240.0)
         decisions.append(time.perf_counter() - t0)
         gc.enable()
         t0 = time.perf_counter()
@@ -189,9 +190,9 @@ def versus_artifact(scheduler_dir: Path, python: str, jobs: int) -> None:
         row = (logs / "final_result.csv").read_text().splitlines()[1].split(",")
         summary = json.loads((out / "summary.json").read_text())
     loom_s = (before + after) / 2
-    from policies import elasticflow_aot
+    from policies.elasticflow import aot
 
-    kernel = ("compiled ahead of time" if elasticflow_aot.built_path().exists() else
+    kernel = ("compiled ahead of time" if aot.built_path().exists() else
               "numba's JIT (scripts/setup did not build it ahead of time)")
     print(f"{jobs:,}-job generated trace, n16g8, A100, 240 s slots (process wall, start-up "
           f"included; Loom's cycle kernel {kernel}):")

@@ -1,16 +1,16 @@
 """ElasticFlow's cycle kernel compiled ahead of time, so that a run does not load numba.
 
-`elasticflow_kernel.plan_cycle` under numba's JIT costs every process about 0.5 s before its
+`kernel.plan_cycle` under numba's JIT costs every process about 0.5 s before its
 first cycle even with numba's cache warm (numba's import, then its CPU target, which imports
 scipy's BLAS): a sixth of `loom sim` on a 1,000-job trace. `numba.pycc` compiles the same
 function once (10-25 s) into an extension module that needs only numpy. `scripts/setup`
-builds it (`main`) into `policies/_aot/`, named by a digest of the kernel's source and of
-this file, so an edited kernel is never run from a stale build.
+builds it (`main`) into `policies/elasticflow/_aot/`, named by a digest of the kernel's source
+and of this file, so an edited kernel is never run from a stale build.
 
 `plan_cycle()` gives that module's function if it is built for the current source, else
 numba's JIT dispatcher (where pycc or a C compiler is missing, the build failed, or
 NUMBA_DISABLE_JIT=1 asks for plain Python): the same code, compiled two ways, and the tests
-hold both to the readable planner bit for bit. An exported function does not check its
+hold both to the reference planner bit for bit. An exported function does not check its
 arguments' types, so the loaded one is wrapped to coerce them. numba has marked pycc "pending
 deprecation" since 0.57 while a replacement is developed; a release without it only means
 the build fails and the JIT stays.
@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 BUILD_DIR = HERE / "_aot"
 
 # plan_cycle(left, deadline, speed, fit, levels, level count, is-level, now, total, slot,
-# descending, all_met) -> (ok, order, GPUs, next change): the types `policies.elasticflow`
-# always passes (float scalars as floats, `_scalars`).
+# descending, all_met) -> (ok, order, GPUs, next change): the types `policies.elasticflow.fast`
+# always passes (float scalars as floats, `scalars`).
 SIGNATURE = ("Tuple((b1, i8[::1], i8[::1], f8[::1]))(f8[::1], f8[::1], f8[:, ::1], "
              "i8[:, ::1], i8[:, ::1], i8[::1], b1[:, ::1], f8, i8, f8, b1, b1)")
 _ARRAYS: tuple[tuple[type, int], ...] = (  # the array arguments' dtypes and dimensions
@@ -53,7 +53,7 @@ def module_name() -> str:
     """The extension's name for the current kernel source, numpy (whose C API it links
     against) and this file (the signature)."""
     digest = hashlib.sha256()
-    for source in (HERE / "elasticflow_kernel.py", Path(__file__)):
+    for source in (HERE / "kernel.py", Path(__file__)):
         digest.update(source.read_bytes())
     digest.update(np.__version__.encode())
     return f"elasticflow_cycle_{digest.hexdigest()[:16]}"
@@ -71,15 +71,16 @@ def build(build_dir: Path = BUILD_DIR) -> Path:
         warnings.simplefilter("ignore")
         pycc: Any = importlib.import_module("numba.pycc")  # untyped
 
-    from policies import elasticflow_kernel
+    from policies.elasticflow import kernel
 
     build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / ".gitignore").write_text("*\n")  # a build output: never committed
     target = built_path(build_dir)
     with tempfile.TemporaryDirectory(dir=build_dir) as scratch:
         cc = pycc.CC(target.name.split(".")[0])
         cc.output_dir = scratch
         cc.verbose = False
-        cc.export("plan_cycle", SIGNATURE)(elasticflow_kernel.plan_cycle.py_func)
+        cc.export("plan_cycle", SIGNATURE)(kernel.plan_cycle.py_func)
         cc.compile()
         os.replace(Path(scratch, target.name), target)
     for old in build_dir.glob("elasticflow_cycle_*"):  # earlier sources' builds
@@ -129,10 +130,10 @@ def plan_cycle(build_dir: Path = BUILD_DIR) -> CycleKernel:
             built = None
         if built is not None:
             return built
-    from policies import elasticflow_kernel
+    from policies.elasticflow import kernel
 
-    kernel: CycleKernel = elasticflow_kernel.plan_cycle
-    return kernel
+    jit: CycleKernel = kernel.plan_cycle
+    return jit
 
 
 def main() -> None:
@@ -142,5 +143,5 @@ def main() -> None:
     try:
         build()
     except Exception as exc:  # no C compiler, no pycc: the JIT stays, only slower to start
-        print(f"policies.elasticflow_aot: not built ({type(exc).__name__}: {exc}); "
+        print(f"policies.elasticflow.aot: not built ({type(exc).__name__}: {exc}); "
               "ElasticFlow's kernel will load through numba's JIT instead", file=sys.stderr)

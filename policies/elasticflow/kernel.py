@@ -1,13 +1,14 @@
-"""ElasticFlow's leftover allocation, compiled: `allocate_leftover` on arrays, under numba.
+# Over 450 lines because it is one kernel: the reference planner's arithmetic, kept together.
+"""ElasticFlow's planner compiled by numba: the reference planner's functions on arrays.
 
-`policies.elasticflow` is the readable planner, ported step by step from the artifact; this
-module is the same arithmetic on flat arrays so that numba can compile it, because the
-leftover allocation re-plans every growable job after every single growth (thousands of trial
-plans per cycle on the ITP clusters: 95 % of a run's time in Python). Every operation and its
-order is kept, floats included (Python's float divmod and ceil are reproduced), so the two give
-identical GPU counts, plans and job order; `tests/policies/test_elasticflow_kernel.py` checks
-that on random cases. Compiled once per machine (numba's cache, about 10 s); with
-NUMBA_DISABLE_JIT=1 the same functions run as plain Python.
+`policies.elasticflow.reference` is the readable planner, ported step by step from the
+artifact; this module is the same arithmetic on flat arrays so that numba can compile it,
+because the leftover allocation re-plans every growable job after every single growth
+(thousands of trial plans per cycle on large clusters; docs/validation.md has what that cost
+in Python). Every operation and its order is kept, floats included (Python's float divmod and
+ceil are reproduced), so the two give identical GPU counts, plans and job order;
+`tests/policies/elasticflow/test_fast.py` checks that on random cases. Compiled once per
+machine (numba's cache); with NUMBA_DISABLE_JIT=1 the same functions run as plain Python.
 
 Layout: a profile is a pair of arrays (breakpoint times, free GPUs from each). A job's needs
 are rows of tables indexed by GPU count 0 … 64 (`rate`, `fit`, `is_level`). A plan's
@@ -226,7 +227,7 @@ def lay_forward(rate: Any, fit: Any, ddl: float, fts: Any, fvs: Any, ts: Any, vs
 def plan_mss(left: float, ddl: float, rate: Any, fit: Any, levels: Any, is_level: Any,
              fts: Any, fvs: Any, now: float, total: int, slot: float,
              assign: int) -> Any:
-    """`policies.elasticflow.plan_mss` (assign < 0: none): (met, alloc times, alloc GPUs,
+    """`reference.plan_mss` (assign < 0: none): (met, alloc times, alloc GPUs,
     end, real end, profile times, profile values)."""
     deadline_at = align(now, ddl, slot)
     ts, vs = fts.copy(), fvs.copy()
@@ -349,7 +350,7 @@ def plan_mss(left: float, ddl: float, rate: Any, fit: Any, levels: Any, is_level
 
 @njit(cache=True, inline="always")
 def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]:
-    """The profile with a plan's GPUs given back, merged (`policies.elasticflow._without`),
+    """The profile with a plan's GPUs given back, merged (`reference._without`),
     in one pass: the profile's breakpoints, the plan's and its end, each once and in order (a
     new one takes the value of the profile's segment it falls in; every plan starts now, the
     profile's first breakpoint), the plan's GPUs added where it holds them before its end,
@@ -396,7 +397,7 @@ def without(at: Any, ag: Any, end: float, fts: Any, fvs: Any) -> tuple[Any, Any]
 @njit(cache=True)
 def plan_all(left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nlev: Any, is_level: Any,
              now: float, total: int, slot: float) -> Any:
-    """`policies.elasticflow.plan_all` on arrays: every job at its MSS in the given order,
+    """`reference.plan_all` on arrays: every job at its MSS in the given order,
     each into what the previous left. Returns (all met, each plan's met, allocation times and
     GPUs, end, real end, the profile it left) and the final profile."""
     n = len(left)
@@ -449,7 +450,7 @@ def allocate_leftover(left: Any, ddl: Any, rate: Any, fit: Any, levels: Any, nle
                       plan_end: Any, plan_real_end: Any, plan_met: Any, fts: Any, fvs: Any,
                       now: float, total: int, slot: float,
                       descending: bool) -> Any:
-    """`policies.elasticflow.allocate_leftover` on arrays. Returns the final job order (as
+    """`reference.allocate_leftover` on arrays. Returns the final job order (as
     indices), GPUs per job, each job's plan (allocation times and GPUs, end, real end, met,
     and for a job that grew the profile its plan left, else empty) and the final profile."""
     n = len(left)

@@ -14,13 +14,13 @@ from policies.elasticflow import (
     ElasticFlow,
     Growing,
     Need,
+    Planner,
     Steps,
-    allocate_leftover,
-    artifact_max_gpus,
-    gpu_seconds,
-    plan_all,
-    plan_mss,
+    fast,
+    reference,
 )
+from policies.elasticflow.model import artifact_max_gpus, gpu_seconds
+from policies.elasticflow.reference import plan_mss
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
 from tests.builders import make_job, simulate, view
@@ -31,6 +31,13 @@ from traces.scaling import load_scaling, with_scaling
 LINEAR = {1: 1.0, 2: 2.0, 4: 4.0}  # iterations/s of the whole job at 1, 2, 4 GPUs
 POOR = {1: 1.0, 2: 1.2, 4: 1.3}  # scales badly
 SLOT = 60.0
+
+
+@pytest.fixture(params=[reference, fast], ids=["reference", "fast"])
+def planner(request: pytest.FixtureRequest) -> Planner:
+    """The reference planner and the fast path: every case below holds for both."""
+    planner: Planner = request.param
+    return planner
 
 
 def need(left: float, deadline: float | None, rates: dict[int, float] = LINEAR,
@@ -113,34 +120,36 @@ def test_real_end_is_whole_seconds_and_the_end_is_slot_aligned() -> None:
     assert (plan.real_end, plan.end) == (100.0, 120.0)
 
 
-def test_jobs_are_planned_in_the_order_given_each_into_what_the_previous_left() -> None:
+def test_jobs_are_planned_in_the_order_given_each_into_what_the_previous_left(
+        planner: Planner) -> None:
     # Two jobs on 2 GPUs: a (deadline 120) takes 2 GPUs until 120; b (deadline 600) then
     # fits one GPU after 120 and is planned from there.
     a, b = need(240, 120, job_id="a"), need(300, 600, job_id="b")
-    ok, plans, free = plan_all([a, b], 0.0, 2, SLOT)
+    ok, plans, free = planner.plan_all([a, b], 0.0, 2, SLOT)
     assert ok
     assert plans["a"].alloc == {0.0: 2}
     assert plans["b"].alloc == {0.0: 0, 120.0: 1}
     assert free == steps((0, 0), (120, 1), (420, 2))
     # The other way round b goes first at 1 GPU and a can no longer make it.
-    ok, plans, _ = plan_all([b, a], 0.0, 2, SLOT)
+    ok, plans, _ = planner.plan_all([b, a], 0.0, 2, SLOT)
     assert not ok and not plans["a"].met
 
 
-def test_best_effort_jobs_never_fail_the_plan() -> None:
-    ok, plans, _ = plan_all([need(240, 120, job_id="a"), need(10**6, None, job_id="be")],
-                            0.0, 2, SLOT)
+def test_best_effort_jobs_never_fail_the_plan(planner: Planner) -> None:
+    ok, plans, _ = planner.plan_all(
+        [need(240, 120, job_id="a"), need(10**6, None, job_id="be")], 0.0, 2, SLOT)
     assert ok and plans["be"].met
     assert plans["be"].alloc[0.0] == 0  # after the deadline job
 
 
-def grow(*needs: Need, total: int, descending: bool = True) -> dict[str, int]:
+def grow(planner: Planner, *needs: Need, total: int, descending: bool = True
+         ) -> dict[str, int]:
     """Plan jobs in deadline order from an idle cluster, then hand out the GPUs left free
     now: GPUs per job."""
     order = sorted(needs, key=lambda n: n.deadline)
-    _, plans, free = plan_all(order, 0.0, total, SLOT)
+    _, plans, free = planner.plan_all(order, 0.0, total, SLOT)
     growing = [Growing(n, plans[n.job_id], plans[n.job_id].alloc[0.0]) for n in order]
-    allocate_leftover(growing, free, 0.0, total, SLOT, descending=descending)
+    planner.allocate_leftover(growing, free, 0.0, total, SLOT, descending=descending)
     return {g.need.job_id: g.gpus for g in growing}
 
 
@@ -161,26 +170,27 @@ POOR_JOB = need(600, 600, POOR, "poor")
     (True, "poor"),     # the artifact: the largest GPU-time increase per GPU first
     (False, "linear"),  # the paper's reading (diminishing returns): the best return first
 ])
-def test_one_spare_gpu_goes_by_marginal_gpu_time(descending: bool, winner: str) -> None:
-    gpus = grow(LINEAR_JOB, POOR_JOB, total=3, descending=descending)
+def test_one_spare_gpu_goes_by_marginal_gpu_time(planner: Planner, descending: bool,
+                                                  winner: str) -> None:
+    gpus = grow(planner, LINEAR_JOB, POOR_JOB, total=3, descending=descending)
     assert gpus == {"linear": 1, "poor": 1, winner: 2}
 
 
-def test_leftover_gpus_go_one_level_at_a_time_until_no_job_can_grow() -> None:
+def test_leftover_gpus_go_one_level_at_a_time_until_no_job_can_grow(planner: Planner) -> None:
     # 10 GPUs: both reach their top level (4); two GPUs stay free.
-    assert grow(LINEAR_JOB, POOR_JOB, total=10) == {"linear": 4, "poor": 4}
+    assert grow(planner, LINEAR_JOB, POOR_JOB, total=10) == {"linear": 4, "poor": 4}
 
 
 @pytest.mark.parametrize("descending", [True, False])
 def test_a_job_planned_for_later_gets_a_spare_gpu_before_running_jobs_grow(
-        descending: bool) -> None:
+        planner: Planner, descending: bool) -> None:
     # later's MSS plan starts it at 600 (filled back from its far deadline), so it holds no
     # GPU now: its marginal is +inf and it takes the one spare GPU, whichever way running
     # jobs are ranked (poor's marginal is 480, linear's 0).
     later = need(60, 10_000, LINEAR, "later")
-    _, plans, _ = plan_all([LINEAR_JOB, POOR_JOB, later], 0.0, 3, SLOT)
+    _, plans, _ = planner.plan_all([LINEAR_JOB, POOR_JOB, later], 0.0, 3, SLOT)
     assert plans["later"].alloc == {0.0: 0, 600.0: 1}
-    gpus = grow(LINEAR_JOB, POOR_JOB, later, total=3, descending=descending)
+    gpus = grow(planner, LINEAR_JOB, POOR_JOB, later, total=3, descending=descending)
     assert gpus == {"linear": 1, "poor": 1, "later": 1}
 
 
@@ -191,10 +201,11 @@ def test_a_job_planned_for_later_gets_a_spare_gpu_before_running_jobs_grow(
     # 3 spare: big goes 1 -> 2 -> 4 (marginal 5040 beats small's 360); nothing is left.
     (5, {"big": 4, "small": 1}),
 ])
-def test_a_step_that_does_not_fit_is_skipped(total: int, gpus: dict[str, int]) -> None:
+def test_a_step_that_does_not_fit_is_skipped(planner: Planner, total: int,
+                                             gpus: dict[str, int]) -> None:
     big = need(6000, 6000, POOR, "big")
     small = need(6000, 6000, {1: 1.0, 2: 1.9}, "small")
-    assert grow(big, small, total=total) == gpus
+    assert grow(planner, big, small, total=total) == gpus
 
 
 # -- the policy in the simulator ---------------------------------------------------------------

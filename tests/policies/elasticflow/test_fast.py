@@ -1,4 +1,4 @@
-"""The compiled planner and leftover allocation give exactly what the readable ones give.
+"""The fast path (the compiled kernel) gives exactly what the reference planner gives.
 
 Random cycles as the policy meets them: jobs with ElasticFlow-like speed tables (some poor
 scalers, some capped, some best-effort), planned in deadline order on an idle cluster, then
@@ -15,15 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies import elasticflow, elasticflow_aot, elasticflow_kernel
 from policies.elasticflow import (
     NO_DEADLINE,
     Growing,
     JobPlan,
     Need,
-    allocate_leftover,
-    plan_all,
-    plan_cycle,
+    aot,
+    fast,
+    kernel,
+    planner_for,
+    reference,
 )
 
 SLOT = 60.0
@@ -67,16 +68,16 @@ def seen(plan: JobPlan) -> tuple[object, ...]:
 @pytest.mark.parametrize("seed", range(150))
 def test_compiled_leftover_matches_the_readable_one(seed: int, descending: bool) -> None:
     needs, now, total = case(seed)
-    ok, plans, free = plan_all(needs, now, total, SLOT, compiled=False)
-    fast_ok, fast_plans, fast_free = plan_all(needs, now, total, SLOT, compiled=True)
+    ok, plans, free = reference.plan_all(needs, now, total, SLOT)
+    fast_ok, fast_plans, fast_free = fast.plan_all(needs, now, total, SLOT)
     assert (fast_ok, fast_free) == (ok, (list(free[0]), list(free[1])))
     assert {j: seen(p) for j, p in fast_plans.items()} == {j: seen(p) for j, p in plans.items()}
     jobs = [Growing(n, plans[n.job_id], plans[n.job_id].alloc[now]) for n in needs]
-    slow, fast = copy.deepcopy(jobs), copy.deepcopy(jobs)
-    slow_free = allocate_leftover(slow, free, now, total, SLOT, descending, compiled=False)
-    fast_free = allocate_leftover(fast, free, now, total, SLOT, descending, compiled=True)
-    assert [j.need.job_id for j in fast] == [j.need.job_id for j in slow]
-    for a, b in zip(fast, slow, strict=True):
+    slow, quick = copy.deepcopy(jobs), copy.deepcopy(jobs)
+    slow_free = reference.allocate_leftover(slow, free, now, total, SLOT, descending)
+    fast_free = fast.allocate_leftover(quick, free, now, total, SLOT, descending)
+    assert [j.need.job_id for j in quick] == [j.need.job_id for j in slow]
+    for a, b in zip(quick, slow, strict=True):
         assert (a.gpus, a.step, seen(a.plan)) == (b.gpus, b.step, seen(b.plan)), a.need.job_id
     assert fast_free == (list(slow_free[0]), list(slow_free[1]))
 
@@ -87,7 +88,7 @@ def aot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     it, which the build must sweep away)."""
     build_dir = tmp_path_factory.mktemp("aot")
     (build_dir / "elasticflow_cycle_0000000000000000.so").write_bytes(b"stale")
-    elasticflow_aot.build(build_dir)
+    aot.build(build_dir)
     return build_dir
 
 
@@ -96,11 +97,11 @@ def cycle_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
                  aot_dir: Path) -> None:
     """`plan_cycle` through numba's JIT, or through the module compiled ahead of time."""
     if request.param == "jit":
-        kernel = elasticflow_kernel.plan_cycle
+        cycle = kernel.plan_cycle
     else:
-        kernel = elasticflow_aot.load_built(aot_dir)
-        assert kernel is not None
-    monkeypatch.setattr(elasticflow, "_cycle_kernel", lambda: kernel)
+        cycle = aot.load_built(aot_dir)
+        assert cycle is not None
+    monkeypatch.setattr(fast, "_cycle_kernel", lambda: cycle)
 
 
 @pytest.mark.usefixtures("cycle_kernel")
@@ -110,17 +111,17 @@ def test_one_compiled_cycle_matches_the_readable_planner(seed: int) -> None:
     refusal when the admission check (every deadline met) fails."""
     needs, now, total = case(seed)
     for all_met in (False, True):
-        slow = plan_cycle(needs, now, total, SLOT, all_met=all_met, compiled=False)
-        fast = plan_cycle(needs, now, total, SLOT, all_met=all_met, compiled=True)
-        assert fast == slow
-    assert plan_cycle(needs, now, total, SLOT) is not None
+        slow = reference.plan_cycle(needs, now, total, SLOT, all_met=all_met)
+        quick = fast.plan_cycle(needs, now, total, SLOT, all_met=all_met)
+        assert quick == slow
+    assert fast.plan_cycle(needs, now, total, SLOT) is not None
 
 
 def test_row_bank_finds_each_table_by_identity_or_content(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     """The kernel's rows of a speed table are stacked once: the same dict, an equal copy and
     (after the identity memo is emptied) the same dict again all gather the same row."""
-    from policies.elasticflow import _kernel_rows, _RowBank
+    from policies.elasticflow.fast import _kernel_rows, _RowBank
 
     monkeypatch.setattr(_RowBank, "_HELD_MAX", 2)
     bank = _RowBank()
@@ -137,32 +138,32 @@ def test_the_ahead_of_time_build_is_found_only_for_the_current_source(
     """One module, named for the kernel's source: the older build is gone; an edited kernel
     gets another name, so the build made before the edit is not loaded and the JIT runs
     the current code."""
-    built = elasticflow_aot.built_path(aot_dir)
+    built = aot.built_path(aot_dir)
     assert [p.name for p in aot_dir.glob("elasticflow_cycle_*")] == [built.name]
-    edited = tmp_path / "elasticflow_kernel.py"
-    edited.write_bytes((elasticflow_aot.HERE / "elasticflow_kernel.py").read_bytes()
+    edited = tmp_path / "kernel.py"
+    edited.write_bytes((aot.HERE / "kernel.py").read_bytes()
                        + b"\n# edited\n")
-    monkeypatch.setattr(elasticflow_aot, "HERE", tmp_path)
-    assert elasticflow_aot.built_path(aot_dir) != built
-    assert elasticflow_aot.load_built(aot_dir) is None
+    monkeypatch.setattr(aot, "HERE", tmp_path)
+    assert aot.built_path(aot_dir) != built
+    assert aot.load_built(aot_dir) is None
 
 
 def test_the_ahead_of_time_kernel_takes_loosely_typed_arguments(aot_dir: Path) -> None:
     """The compiled function trusts its arguments' types, so the loader's wrapper converts
     them: int32 tables and Python scalars give what the exact types give; a table of the
     wrong shape is refused by name instead of read out of bounds."""
-    kernel = elasticflow_aot.load_built(aot_dir)
-    assert kernel is not None
+    built = aot.load_built(aot_dir)
+    assert built is not None
     needs, now, total = next(c for c in map(case, range(100)) if c[1] == 0.0 and len(c[0]) > 9)
-    arrays = elasticflow._need_arrays(needs)
-    exact = kernel(*arrays, *elasticflow._scalars(now, total, SLOT), True, False)
-    loose = kernel(*(a.astype(np.int32) if a.dtype == np.int64 else a for a in arrays),
+    arrays = fast.need_arrays(needs)
+    exact = built(*arrays, *fast.scalars(now, total, SLOT), True, False)
+    loose = built(*(a.astype(np.int32) if a.dtype == np.int64 else a for a in arrays),
                    int(now), float(total), int(SLOT), 1, 0)
     assert exact[0] == loose[0]
     for x, y in zip(exact[1:], loose[1:], strict=True):
         np.testing.assert_array_equal(x, y)  # NaN (a plan that never changes) equals NaN
     with pytest.raises(ValueError, match="argument 2 has 1 dimensions, not 2"):
-        kernel(arrays[0], arrays[1], arrays[2][0], *arrays[3:], now, total, SLOT, True, False)
+        built(arrays[0], arrays[1], arrays[2][0], *arrays[3:], now, total, SLOT, True, False)
 
 
 def test_plain_python_is_kept_when_numba_is_told_not_to_compile(
@@ -170,13 +171,23 @@ def test_plain_python_is_kept_when_numba_is_told_not_to_compile(
     """NUMBA_DISABLE_JIT=1 (for stepping through the kernel) is honoured: the ahead-of-time
     module is not loaded even where it is built."""
     monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")
-    assert elasticflow_aot.plan_cycle() is elasticflow_kernel.plan_cycle
+    assert aot.plan_cycle() is kernel.plan_cycle
 
 
 def test_a_build_that_cannot_be_loaded_leaves_the_jit_running(tmp_path: Path) -> None:
     """A damaged module under the current source's name is an import error, not a dead
     policy: the JIT kernel is used instead."""
-    elasticflow_aot.built_path(tmp_path).write_bytes(b"not an ELF file")
+    aot.built_path(tmp_path).write_bytes(b"not an ELF file")
     with pytest.raises(ImportError):
-        elasticflow_aot.load_built(tmp_path)
-    assert elasticflow_aot.plan_cycle(tmp_path) is elasticflow_kernel.plan_cycle
+        aot.load_built(tmp_path)
+    assert aot.plan_cycle(tmp_path) is kernel.plan_cycle
+
+
+def test_the_planner_is_chosen_in_one_place() -> None:
+    """The fast path for jobs within its 64-GPU tables, the reference planner for any job
+    beyond them, and for no jobs at all."""
+    small = Need("a", 10.0, NO_DEADLINE, {1: 1.0, 64: 40.0})
+    large = Need("b", 10.0, NO_DEADLINE, {1: 1.0, 128: 70.0})
+    assert planner_for([small]) is fast
+    assert planner_for([small, large]) is reference
+    assert planner_for([]) is reference
