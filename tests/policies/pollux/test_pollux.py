@@ -16,20 +16,18 @@ import pytest
 import policies
 from domain.goodput import GoodputModel, model_for
 from policies.base import Fitter, Plan, Policy, Replan, Snapshot
-from policies.pollux import (
+from policies.pollux import Pollux
+from policies.pollux.optimiser import (
     MAX_NODES,
     JobTerms,
-    Nodes,
-    Pollux,
     SpeedupFn,
     best_counts,
     job_value,
-    pack,
     penalty,
     power_mean,
-    settle,
     shape_nodes,
 )
+from policies.pollux.packing import Nodes, pack, settle
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobSpec

@@ -16,15 +16,8 @@ active jobs to maximise a fairness-weighted sum of their goodput, Pollux's objec
   distributed job (spanning nodes) per node, to avoid network interference; any job may be
   preempted (no minimum).
 
-Optimiser. Pollux searches job x node replica matrices with a genetic algorithm (NSGA-II,
-population 100, 100 generations per round). Here the objective is separable given each job's
-GPU count (a job of g GPUs is packed into ceil(g / node size) nodes, its fastest shape), so the
-best GPU counts under the cluster's GPU total are found exactly by dynamic programming over
-(job, GPUs used) (a multiple-choice knapsack); the counts are then packed onto nodes (jobs
-that keep their GPU count keep their GPUs; distributed jobs get whole nodes plus one
-remainder node no other distributed job uses; the rest best fit), and a job that cannot be
-packed drops to its next smaller count until all fit. `tests/policies/test_pollux.py` compares
-this with a genetic search using Pollux's operators on the same inputs.
+The best GPU counts are found exactly (`policies.pollux.optimiser`, where Pollux runs a
+genetic search), then packed onto nodes (`policies.pollux.packing`).
 
 Jobs without a goodput profile are scheduled too: an elastic job (ElasticFlow's scaling
 tables) by its throughput at each GPU count it may use (fixed batch size, efficiency 1), a
@@ -40,254 +33,26 @@ candidate (see `domain.goodput`); the search is exact on GPU counts instead of g
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from domain.goodput import GoodputModel, job_batch, model_for
 from policies.base import Fitter, JobView, Plan, Policy, Replan, Snapshot
-from schemas.cluster import ClusterSpec
+from policies.pollux.optimiser import (
+    MAX_NODES,
+    JobTerms,
+    SpeedupFn,
+    best_counts,
+    job_value,
+    penalty,
+    power_mean,
+)
+from policies.pollux.packing import Nodes, kept, settle
 from schemas.events import GpuSlots
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
-
-P = -1.0  # power-mean exponent: more negative is fairer
-RESTART_S = 30.0  # Pollux's restart delay in the penalty
-OFFSET = 1e-3  # Pollux adds it to every speedup before the power mean
-MAX_NODES = 16  # Pollux's limit on the nodes one job spans
-_TIE = 1e-9  # prefer earlier jobs (Pollux's order) between equally good allocations
-
-SpeedupFn = Callable[[int, int], float]  # (nodes, GPUs) → speedup
-
-
-@dataclass(frozen=True)
-class JobTerms:
-    """What the optimiser needs of one job.
-
-    `counts`: GPU counts it may get (ascending, > 0); `speedup(nodes, gpus)`: its speedup;
-    `current`: GPUs it holds now (0 if waiting); `factor`: its restart penalty.
-    """
-
-    job_id: str
-    counts: tuple[int, ...]
-    speedup: SpeedupFn
-    current: int = 0
-    factor: float = 1.0
-
-
-def penalty(age_s: float, restarts: int) -> float:
-    """Pollux's restart penalty factor for a job that would be (re)started now."""
-    return max(age_s - restarts * RESTART_S, 0.0) / (age_s + RESTART_S)
-
-
-def job_value(term: JobTerms, gpus: int, nodes: int, scale: float, moved: bool) -> float:
-    """One job's term (s + 1e-3)^p of the power mean, on `gpus` GPUs over `nodes` nodes."""
-    s = 0.0 if gpus == 0 else term.speedup(nodes, gpus) * scale
-    if moved:
-        s *= term.factor
-    return float((s + OFFSET) ** P)
-
-
-def power_mean(values: Sequence[float]) -> float:
-    """Pollux's objective (to maximise) from the jobs' terms (s + 1e-3)^p."""
-    return float((sum(values) / len(values)) ** (1.0 / P)) if values else 0.0
-
-
-def shape_nodes(gpus: int, node_gpus: int) -> int:
-    return -(-gpus // node_gpus) if gpus else 0
-
-
-def best_counts(terms: Sequence[JobTerms], total_gpus: int, node_gpus: int, scale: float
-                ) -> list[int]:
-    """GPU counts maximising the power mean with at most `total_gpus` GPUs in all (exact).
-
-    Minimises sum_j (s_j + 1e-3)^p, separable in the counts: dynamic programming over jobs
-    with the GPUs used so far as the state. Jobs earlier in `terms` win ties.
-    """
-    g = np.arange(total_gpus + 1)
-    dp = np.full(total_gpus + 1, np.inf)
-    dp[0] = 0.0
-    choices: list[tuple[np.ndarray, np.ndarray]] = []
-    n = len(terms)
-    for rank, term in enumerate(terms):
-        options = [0] + [c for c in term.counts if c <= total_gpus]
-        a = np.asarray(options)
-        bias = _TIE * (n - rank)
-        f = np.asarray([job_value(term, c, shape_nodes(c, node_gpus), scale, c != term.current)
-                        - (bias if c else 0.0) for c in options])
-        src = g[None, :] - a[:, None]
-        cand = np.where(src >= 0, dp[np.clip(src, 0, None)] + f[:, None], np.inf)
-        k = np.argmin(cand, axis=0)
-        dp = cand[k, g]
-        choices.append((a, k))
-    used = int(np.argmin(dp))
-    counts = [0] * n
-    for j in range(n - 1, -1, -1):
-        a, k = choices[j]
-        counts[j] = int(a[k[used]])
-        used -= counts[j]
-    return counts
-
-
-@dataclass
-class Nodes:
-    """Free GPUs per node and which nodes host a part of a distributed job (one cycle)."""
-
-    ids: list[str]
-    size: list[int]
-    free: list[int]
-    distributed: list[bool]
-
-    @classmethod
-    def of(cls, cluster: ClusterSpec) -> Nodes:
-        sizes = [n.gpus for n in cluster.nodes]
-        return cls([n.node_id for n in cluster.nodes], sizes, list(sizes),
-                   [False] * len(sizes))
-
-    def copy(self) -> Nodes:
-        return Nodes(self.ids, self.size, list(self.free), list(self.distributed))
-
-    def take(self, slots: GpuSlots, index: Mapping[str, int]) -> None:
-        spread = len(slots) > 1
-        for node_id, gpus in slots:
-            i = index[node_id]
-            self.free[i] -= len(gpus)
-            self.distributed[i] = self.distributed[i] or spread
-
-    def choose(self, gpus: int) -> list[tuple[int, int]] | None:
-        """(node, GPUs) for a new job: one node, best fit, if any node is big enough; else
-        whole empty nodes plus one remainder node hosting no distributed job."""
-        if gpus <= max(self.size):
-            fits = [i for i in range(len(self.free)) if self.free[i] >= gpus]
-            if not fits:
-                return None
-            i = min(fits, key=lambda k: (self.free[k], k))
-            return [(i, gpus)]
-        empty = sorted((i for i in range(len(self.free))
-                        if self.free[i] == self.size[i] > 0 and not self.distributed[i]),
-                       key=lambda k: (-self.size[k], k))
-        parts: list[tuple[int, int]] = []
-        need = gpus
-        for i in empty:
-            if need >= self.size[i]:
-                parts.append((i, self.size[i]))
-                need -= self.size[i]
-            if need == 0:
-                break
-        if need:
-            used = {i for i, _ in parts}
-            # Prefer a partly used node for the remainder: keeps empty nodes whole.
-            rest = [i for i in range(len(self.free)) if i not in used
-                    and not self.distributed[i] and self.free[i] >= need]
-            if not rest:
-                return None
-            i = min(rest, key=lambda k: (self.free[k] == self.size[k], self.free[k], k))
-            parts.append((i, need))
-        if len(parts) > MAX_NODES:
-            return None
-        return parts
-
-    def commit(self, parts: list[tuple[int, int]]) -> None:
-        for i, k in parts:
-            self.free[i] -= k
-            self.distributed[i] = self.distributed[i] or len(parts) > 1
-
-
-def pack(order: Sequence[str], counts: Mapping[str, int], keep: Mapping[str, GpuSlots],
-         nodes: Nodes, index: Mapping[str, int]) -> tuple[dict[str, list[tuple[int, int]]],
-                                                         list[str]]:
-    """Place GPU counts on nodes: kept jobs where they are, then the others, distributed
-    first, largest first. Returns the placements and the jobs that did not fit."""
-    placed: dict[str, list[tuple[int, int]]] = {}
-    for jid in order:
-        if jid in keep:
-            nodes.take(keep[jid], index)
-            placed[jid] = [(index[n], len(g)) for n, g in keep[jid]]
-    largest = max(nodes.size)
-    rest = [j for j in order if j not in keep and counts.get(j, 0) > 0]
-    rest.sort(key=lambda j: (counts[j] <= largest, -counts[j]))  # stable: order breaks ties
-    failed = []
-    for jid in rest:
-        parts = nodes.choose(counts[jid])
-        if parts is None:
-            failed.append(jid)
-            continue
-        nodes.commit(parts)
-        placed[jid] = parts
-    return placed, failed
-
-
-def kept(current: Mapping[str, GpuSlots], counts: Mapping[str, int]) -> dict[str, GpuSlots]:
-    """Running jobs whose GPU count stays: they keep their GPUs (no restart)."""
-    return {j: slots for j, slots in current.items()
-            if counts.get(j, 0) == sum(len(g) for _, g in slots)}
-
-
-def settle(terms: Sequence[JobTerms], counts: Sequence[int], nodes: Nodes,
-           current: Mapping[str, GpuSlots], index: Mapping[str, int], scale: float
-           ) -> tuple[dict[str, list[tuple[int, int]]], int]:
-    """Pack the optimiser's counts onto nodes, repairing what does not fit.
-
-    While some job cannot be placed, one job steps down to its next smaller count (possibly
-    0): the step that leaves fewest jobs unplaced, then costs the objective least. Once
-    everything fits, GPUs left over go, one step at a time, to the job whose next larger count
-    improves the objective most and still packs. Returns (job → [(node, GPUs)], steps down).
-    """
-    by_id = {t.job_id: t for t in terms}
-    want = {t.job_id: c for t, c in zip(terms, counts, strict=True)}
-    order = [t.job_id for t in terms]
-    node_gpus = max(nodes.size)
-    total = sum(nodes.size)
-
-    def value(jid: str, c: int) -> float:
-        t = by_id[jid]
-        return job_value(t, c, shape_nodes(c, node_gpus), scale, c != t.current)
-
-    def attempt(trial: Mapping[str, int]) -> tuple[dict[str, list[tuple[int, int]]], list[str]]:
-        return pack(order, trial, kept(current, trial), nodes.copy(), index)
-
-    drops = 0
-    placed, failed = attempt(want)
-    while failed:
-        best: tuple[tuple[int, float], str, int] | None = None
-        for jid in order:
-            if want[jid] == 0:
-                continue
-            smaller = [c for c in by_id[jid].counts if c < want[jid]]
-            c = smaller[-1] if smaller else 0
-            trial = dict(want)
-            trial[jid] = c
-            _, still = attempt(trial)
-            key = (len(still), value(jid, c) - value(jid, want[jid]))
-            if best is None or key < best[0]:
-                best = (key, jid, c)
-        assert best is not None
-        want[best[1]] = best[2]
-        drops += 1
-        placed, failed = attempt(want)
-    if drops:  # fill what the repair freed
-        while True:
-            free = total - sum(want.values())
-            steps = []
-            for jid in order:
-                larger = [c for c in by_id[jid].counts if want[jid] < c <= want[jid] + free]
-                if larger:
-                    c = larger[0]
-                    gain = value(jid, want[jid]) - value(jid, c)
-                    if gain > 0:
-                        steps.append((-gain / (c - want[jid]), jid, c))
-            for _, jid, c in sorted(steps):
-                trial = dict(want)
-                trial[jid] = c
-                trial_placed, still = attempt(trial)
-                if not still:
-                    want, placed = trial, trial_placed
-                    break
-            else:
-                break
-    return placed, drops
 
 
 class Pollux(Policy):
