@@ -33,40 +33,30 @@ See docs/sdk.md.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any, Literal, Protocol
+from types import TracebackType
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
-from domain.trainer_config import DEFAULT_RENDEZVOUS_TIMEOUT_S
-from schemas.trainer import (
-    Checkpointed,
-    Failed,
-    Finished,
-    Progress,
-    Record,
-    Started,
-    Stopped,
-)
+from schemas.trainer import Record
 from services.trainer import checkpoint
-from services.trainer.accounting import STREAM, ReportClock, StageAccount, StepTimes, Window
+from services.trainer.accounting import STREAM, StepTimes
 from services.trainer.accounting import derive_seed as _derive_seed
 from services.trainer.channel import Reporter
-from services.trainer.comm import Communicator, Local, TorchDistributed, share_from_rank0
+from services.trainer.comm import Communicator, Local, TorchDistributed
+from services.trainer.environment import Environment
+from services.trainer.errors import SdkError
+from services.trainer.reporting import LaunchReport, Stateful
+from services.trainer.stopping import SignalStop
 
 __all__ = ["DataOrder", "Environment", "Preempted", "SdkError", "Session", "session"]
-
-class SdkError(ValueError):
-    """The SDK was set up or used wrongly; the message names what and where."""
 
 
 class Preempted(SystemExit):
@@ -75,79 +65,6 @@ class Preempted(SystemExit):
     def __init__(self, iteration: int) -> None:
         super().__init__(0)
         self.iteration = iteration
-
-
-class Stateful(Protocol):
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Environment:
-    """What the launcher tells this process (Loom's node agent, torchrun, or nothing)."""
-
-    job_id: str = "local"
-    rank: int = 0
-    world_size: int = 1
-    checkpoint_dir: Path | None = None
-    iterations: int | None = None  # the job's total (the scheduler's number wins)
-    batch_size: int | None = None  # the global batch the scheduler picked
-    report: str = "none"  # stdout | fd:N | file:PATH | none
-    report_every: int = 10
-    grace_s: float | None = None
-    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S  # also each collective's
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Environment:
-        env = os.environ if env is None else env
-        under_loom = "LOOM_JOB_ID" in env
-        rank = _int_var(env, "RANK", 0, low=0)
-        world = _int_var(env, "WORLD_SIZE", 1, low=1)
-        if rank >= world:
-            raise SdkError(f"RANK={rank} must be below WORLD_SIZE={world}")
-        ckpt = env.get("LOOM_CHECKPOINT_DIR")
-        report = env.get("LOOM_REPORT", "stdout" if under_loom else "none")
-        if not (report in ("stdout", "none") or (report.startswith("fd:") and report[3:].isdigit())
-                or (report.startswith("file:") and len(report) > 5)):
-            raise SdkError(f"LOOM_REPORT={report!r}: use stdout, fd:N, file:PATH or none")
-        return cls(
-            job_id=env.get("LOOM_JOB_ID", "local"), rank=rank, world_size=world,
-            checkpoint_dir=Path(ckpt) if ckpt else None,
-            iterations=_int_var(env, "LOOM_ITERATIONS", None, low=1),
-            batch_size=_int_var(env, "LOOM_BATCH_SIZE", None, low=1),
-            report=report, report_every=_int_var(env, "LOOM_REPORT_EVERY", 10, low=0) or 0,
-            grace_s=_float_var(env, "LOOM_GRACE_S", None),
-            rendezvous_timeout_s=_float_var(env, "LOOM_RENDEZVOUS_TIMEOUT_S",
-                                            DEFAULT_RENDEZVOUS_TIMEOUT_S, above=0),
-        )
-
-
-def _float_var(env: Mapping[str, str], name: str, default: float | None, *,
-               above: float | None = None) -> Any:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SdkError(f"{name}={raw!r} is not a number") from None
-    if above is not None and value <= above:
-        raise SdkError(f"{name}={value} must be above {above}")
-    return value
-
-
-def _int_var(env: Mapping[str, str], name: str, default: int | None, *, low: int) -> Any:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SdkError(f"{name}={raw!r} is not an integer") from None
-    if value < low:
-        raise SdkError(f"{name}={value} must be at least {low}")
-    return value
 
 
 def session(*, iterations: int | None = None, batch_size: int | None = None,
@@ -207,24 +124,23 @@ class Session:
         self.resumed_from: int | None = None  # the world size the checkpoint was written at
         self._backend = backend
         self._exit_fast = exit_fast
-        self._report_interval = report_interval
         self._comm: Communicator = Local()
         self._own_group = False
-        self._reporter: Reporter | None = None
+        self._reporter: Reporter | None = None  # the channel, on rank 0 when reporting
+        self._report = LaunchReport(self._emit, job_id=env.job_id, rank=env.rank,
+                                    iterations_total=iterations,
+                                    report_every=env.report_every,
+                                    report_interval=report_interval)
         self._t0 = time.perf_counter()
         self._state: list[tuple[str, Stateful]] = []
         self._model: torch.nn.Module | None = None
         self._started = False
         self._saved_at: int | None = None
-        self._stop_signal: str | None = None
-        self._old_handlers: dict[int, Any] = {}
+        self._stop = SignalStop()
         self._batch_out = False  # a batch was handed out and its step() not yet called
         self._t_batch = 0.0  # when the current batch was handed out
         self._data_s = 0.0  # how long making it took
         self._t_step = 0.0  # when the previous step ended
-        self._profile = StageAccount()
-        self._window: Window | None = None
-        self._clock: ReportClock | None = None
         self._active_batch: int | None = None
 
     # --- the context --------------------------------------------------------------------------
@@ -257,13 +173,9 @@ class Session:
                 self._start()
                 self._finish()
             elif not isinstance(exc, SystemExit | KeyboardInterrupt):
-                self._emit(Failed(job_id=self.job_id, rank=self.rank, ts=time.time(),
-                                  reason=str(exc) or type(exc).__name__,
-                                  error=type(exc).__name__, exit_code=1,
-                                  iteration=self.iteration if self._started else None))
+                self._report.failed(exc, 1, self.iteration if self._started else None)
         finally:
-            for sig, handler in self._old_handlers.items():
-                signal.signal(sig, handler)
+            self._stop.disarm()
             if self._comm.backend == "gloo" and (exc is None or isinstance(exc, Preempted)):
                 _let_gloo_workers_finish()
             if self._own_group and dist.is_initialized():
@@ -291,21 +203,17 @@ class Session:
         if optimizer is not None:
             self._state.append(("optimizer", optimizer))
         self._state += [(f"extra{i}", obj) for i, obj in enumerate(extra)]
-        reads = self.rank == 0 and self.checkpoint_dir is not None
-        payload = share_from_rank0(self._comm, self._read if reads else None,
-                                   self._model.parameters())
-        if payload is not None:
-            assert isinstance(payload, dict)
-            self._load(payload)
+        found = self._report.restore(self._comm, self.checkpoint_dir, self._model.parameters(),
+                                     self._check)
+        if found is not None:
+            self._load(*found)
         self._start()
         return (model, optimizer, *extra) if optimizer is not None else (model, *extra)
 
-    def _read(self) -> dict[str, Any] | None:
+    def _check(self, meta: checkpoint.CheckpointMeta, obj: dict[str, Any]) -> None:
+        """The checkpoint is this run's (job, name, seed; the batch may change) and holds
+        every state `restore` was given."""
         assert self.checkpoint_dir is not None
-        obj = checkpoint.load(self.checkpoint_dir)
-        if obj is None:
-            return None
-        meta, _, _ = checkpoint.unpack(obj)
         wrong = [f"{what} {have!r} (checkpoint has {want!r})" for what, have, want in (
             ("job id", self.job_id, meta.job_id), ("name", self.name, meta.model),
             ("seed", self.seed, meta.seed)) if have != want]
@@ -316,10 +224,8 @@ class Session:
         missing = [key for key, _ in self._state[1:] if key not in obj]
         if missing:
             raise checkpoint.CheckpointError(f"checkpoint has no state for {missing}")
-        return obj
 
-    def _load(self, obj: dict[str, Any]) -> None:
-        meta, _, _ = checkpoint.unpack(obj)
+    def _load(self, meta: checkpoint.CheckpointMeta, obj: dict[str, Any]) -> None:
         for key, target in self._state:
             try:
                 target.load_state_dict(obj[key])
@@ -393,7 +299,7 @@ class Session:
         self._start()
         t_compute = time.perf_counter()
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else loss
-        flag = 1.0 if self._stop_signal is not None else 0.0
+        flag = 1.0 if self._stop.requested else 0.0
         if self.world_size > 1:
             buf = torch.tensor([0.0 if value is None else value, flag], dtype=torch.float64)
             if self._comm.backend == "nccl":
@@ -409,28 +315,22 @@ class Session:
         self._batch_out = False
         self.loss = value
         now = time.perf_counter()
-        assert self._window is not None and self._clock is not None
-        if value is not None:
-            self._window.add_loss(value)
         # compute: batch handed out → step() (forward, backward, optimizer, DDP's all-reduce);
         # comm: step()'s own all-reduce of loss and stop flag.
         times = StepTimes(self._data_s, t_compute - self._t_batch, now - t_compute,
                           now - (self._t_step or self._t_batch - self._data_s))
-        self._window.stages.add(times)
-        self._profile.add(times)
+        self._report.step(value, times)
         self._t_step = now
         if flag > 0:
             self._save("preempt")
-            self._emit(Stopped(job_id=self.job_id, rank=self.rank, ts=time.time(),
-                               iteration=self.iteration, signal=self._stop_signal or "peer",
-                               loss=self.loss, param_digest=self._digest(),
-                               profile=self._profile.summary()))
+            self._report.stopped(self.iteration, self._stop.signal or "peer", self.loss,
+                                 self._params())
             raise Preempted(self.iteration)
         if self.checkpoint_every and self.iteration % self.checkpoint_every == 0 \
                 and not self.done:
             self._save("periodic")
-        if self.done or self._clock.due(self.iteration, now):
-            self._progress(now)
+        if self.done or self._report.due(self.iteration, now):
+            self._report.progress(self.iteration, now, batch_size=self._active_batch or 0)
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -438,66 +338,32 @@ class Session:
         if self._started:
             return
         self._started = True
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        self._stop.arm()
         now = time.perf_counter()
-        self._window = Window(started_at=now, start_iteration=self.iteration)
-        self._clock = ReportClock(self.env.report_every, self._report_interval,
-                                  self.iteration, now)
-        self._emit(Started(
-            job_id=self.job_id, rank=self.rank, ts=time.time(), model=self.name,
-            world_size=self.world_size, backend=self._comm.backend,
-            device="cuda" if torch.cuda.is_available() else "cpu",
-            batch_size=self.default_batch_size or 0, iteration=self.iteration,
-            iterations_total=self.iterations, resumed=self.resumed_from is not None,
-            checkpoint_world_size=self.resumed_from, startup_s=now - self._t0))
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stop_signal is None:
-            self._stop_signal = signal.Signals(signum).name
-
-    def _progress(self, now: float) -> None:
-        assert self._window is not None and self._clock is not None
-        rate = self._window.throughput(self.iteration, now)
-        self._emit(Progress(
-            job_id=self.job_id, rank=self.rank, ts=time.time(), iteration=self.iteration,
-            iterations_total=self.iterations, loss=self._window.loss(), throughput=rate,
-            samples_per_s=rate * (self._active_batch or 0), fast_forward=False,
-            stages=self._window.stages.summary()))
-        self._clock.mark(self.iteration, now)
-        self._window = Window(started_at=now, start_iteration=self.iteration)
+        self._report.started(
+            iteration=self.iteration, now=now, model=self.name, world_size=self.world_size,
+            backend=self._comm.backend, device="cuda" if torch.cuda.is_available() else "cpu",
+            batch_size=self.default_batch_size or 0, checkpoint_world_size=self.resumed_from,
+            startup_s=now - self._t0)
 
     def _finish(self) -> None:
         self._save("final")
-        self._emit(Finished(job_id=self.job_id, rank=self.rank, ts=time.time(),
-                            iteration=self.iteration, loss=self.loss,
-                            wall_s=time.perf_counter() - self._t0, param_digest=self._digest(),
-                            profile=self._profile.summary()))
+        self._report.finished(self.iteration, self.loss, time.perf_counter() - self._t0,
+                              self._params())
 
     def _save(self, reason: Literal["preempt", "final", "periodic"]) -> None:
         if self._saved_at == self.iteration or self.checkpoint_dir is None or not self._state:
             return
         self._saved_at = self.iteration
-        if self.rank != 0:
-            return
-        t0 = time.perf_counter()
         meta = checkpoint.CheckpointMeta(
             job_id=self.job_id, model=self.name, seed=self.seed,
             batch_size=self._active_batch or self.default_batch_size or 1,
             iteration=self.iteration, world_size=self.world_size, loss=self.loss,
             samples=self.samples, torch_version=torch.__version__)
-        states = {key: obj.state_dict() for key, obj in self._state}
-        obj = checkpoint.pack(meta, states["model"], states.get("optimizer", {}))
-        obj.update({k: v for k, v in states.items() if k.startswith("extra")})
-        path, size = checkpoint.save_atomic(obj, self.checkpoint_dir)
-        self._emit(Checkpointed(job_id=self.job_id, rank=self.rank, ts=time.time(),
-                                iteration=self.iteration, reason=reason,
-                                path=str(path), bytes=size, write_s=time.perf_counter() - t0))
+        self._report.save(self.checkpoint_dir, meta, self._state, reason)
 
-    def _digest(self) -> str:
-        if self._model is None:
-            return ""
-        return checkpoint.param_digest(self._model.parameters())
+    def _params(self) -> Iterator[torch.nn.Parameter] | None:
+        return None if self._model is None else self._model.parameters()
 
     def _emit(self, record: Record) -> None:
         if self._reporter is not None:

@@ -15,6 +15,11 @@ class DatasetError(ValueError):
     """The dataset path is missing, corrupt or not the form the workload reads. Permanent."""
 
 
+class SdkError(ValueError):
+    """The trainer SDK (`loom.sdk`) was set up or used wrongly; the message names what and
+    where."""
+
+
 class TrainingFailed(RuntimeError):
     """A launch failed; carries the iteration it had reached (None before `started`)."""
 

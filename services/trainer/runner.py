@@ -20,29 +20,13 @@ import torch
 from torch import Tensor
 
 from domain.trainer_config import TrainerConfig
-from schemas.trainer import (
-    Checkpointed,
-    Finished,
-    Progress,
-    Record,
-    StageTimes,
-    Started,
-    Stopped,
-)
+from schemas.trainer import Record
 from services.runtime.logging import get_logger
 from services.trainer import checkpoint, workloads
-from services.trainer.accounting import (
-    STREAM,
-    FastForward,
-    ReportClock,
-    StageAccount,
-    StepTimes,
-    Window,
-    derive_seed,
-)
-from services.trainer.checkpoint import param_digest
-from services.trainer.comm import Communicator, share_from_rank0
+from services.trainer.accounting import STREAM, FastForward, StepTimes, derive_seed
+from services.trainer.comm import Communicator
 from services.trainer.errors import TrainingFailed
+from services.trainer.reporting import LaunchReport
 
 _log = get_logger("services.trainer")
 
@@ -71,7 +55,10 @@ class Trainer:
         self.cfg = cfg
         self.comm = comm
         self.device = device
-        self.emit = emit
+        self.report = LaunchReport(emit, job_id=cfg.job_id, rank=comm.rank,
+                                   iterations_total=cfg.iterations,
+                                   report_every=cfg.report_every,
+                                   report_interval=cfg.report_interval)
         self.stop = stop
         self.t_main = t_main
         self.rank = comm.rank
@@ -85,7 +72,6 @@ class Trainer:
         self.loss: float | None = None
         self.saved_iteration: int | None = None
         self.checkpoint_world: int | None = None
-        self.profile = StageAccount()
         self.started = False
 
     # --- restore --------------------------------------------------------------------------
@@ -93,14 +79,14 @@ class Trainer:
     def restore(self) -> None:
         """Rank 0 reads the checkpoint, if any, and sends it to every rank (no shared disk
         needed); without one, rank 0's initial weights are broadcast (they are equal anyway)."""
-        payload = share_from_rank0(self.comm, self._read if self.rank == 0 else None,
-                                   self.params)
-        if payload is None:
+        found = self.report.restore(self.comm, self.cfg.checkpoint_dir, self.params,
+                                    self._check)
+        if found is None:
             return
-        meta, model_state, optim_state = checkpoint.unpack(payload)
+        meta, obj = found
         try:
-            self.model.load_state_dict(model_state)
-            self.optimizer.load_state_dict(optim_state)
+            self.model.load_state_dict(obj["model"])
+            self.optimizer.load_state_dict(obj["optimizer"])
         except (RuntimeError, ValueError, KeyError) as exc:
             raise checkpoint.CheckpointError(f"checkpoint does not fit the model: {exc}") from exc
         self.iteration = self.saved_iteration = meta.iteration
@@ -108,16 +94,10 @@ class Trainer:
         self.loss = meta.loss
         self.checkpoint_world = meta.world_size
 
-    def _read(self) -> object:
-        """The newest checkpoint, checked against this job (rank 0)."""
-        obj = checkpoint.load(self.cfg.checkpoint_dir)
-        if obj is not None:
-            meta, _, _ = checkpoint.unpack(obj)
-            checkpoint.check_compatible(
-                meta, job_id=self.cfg.job_id, model=self.cfg.model,
-                seed=self.cfg.seed, batch_size=self.cfg.batch_size,
-            )
-        return obj
+    def _check(self, meta: checkpoint.CheckpointMeta, obj: object) -> None:
+        """The checkpoint continues this job: same job, model, seed and global batch."""
+        checkpoint.check_compatible(meta, job_id=self.cfg.job_id, model=self.cfg.model,
+                                    seed=self.cfg.seed, batch_size=self.cfg.batch_size)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -132,26 +112,21 @@ class Trainer:
         self.restore()
         self.stop.arm()
         self.started = True
-        self.emit(Started(
-            job_id=cfg.job_id, rank=self.rank, ts=time.time(), model=cfg.model,
-            world_size=self.world, backend=self.comm.backend, device=str(self.device),
-            batch_size=cfg.batch_size, iteration=self.iteration, iterations_total=cfg.iterations,
-            resumed=self.checkpoint_world is not None, checkpoint_world_size=self.checkpoint_world,
-            startup_s=time.perf_counter() - self.t_main,
-        ))
+        now = time.perf_counter()
+        self.report.started(
+            iteration=self.iteration, now=now, model=cfg.model, world_size=self.world,
+            backend=self.comm.backend, device=str(self.device), batch_size=cfg.batch_size,
+            checkpoint_world_size=self.checkpoint_world, startup_s=now - self.t_main)
         _log.info("started", iteration=self.iteration, world_size=self.world,
                   backend=self.comm.backend, resumed=self.checkpoint_world is not None)
-        now = time.perf_counter()
-        window = Window(started_at=now, start_iteration=self.iteration)
-        clock = ReportClock(cfg.report_every, cfg.report_interval, self.iteration, now)
-        stopped = self._train(window, clock)
+        stopped = self._train()
         if stopped is None and cfg.fast_forward and self.iteration < cfg.iterations:
-            stopped = self._fast_forward(clock)
+            stopped = self._fast_forward()
         if stopped is not None:
             return self._stopped(stopped)
         return self._finished()
 
-    def _train(self, window: Window, clock: ReportClock) -> str | None:
+    def _train(self) -> str | None:
         """Real iterations until done, stopped (returns the signal) or time to fast-forward."""
         cfg = self.cfg
         per_rank = cfg.batch_size // self.world
@@ -186,11 +161,9 @@ class Trainer:
             self.iteration += 1
             steps += 1
             self.loss = float(loss_value)
-            window.add_loss(self.loss)
-            if steps > cfg.warmup:
-                times = StepTimes(t1 - t0, (t2 - t1) + (t4 - t3), t3 - t2, t4 - t0)
-                window.stages.add(times)
-                self.profile.add(times)
+            measured = steps > cfg.warmup
+            self.report.step(self.loss, StepTimes(t1 - t0, (t2 - t1) + (t4 - t3), t3 - t2,
+                                                  t4 - t0) if measured else None)
             if stop:
                 return self.stop.signal or "peer"
             if (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
@@ -198,16 +171,14 @@ class Trainer:
                 self._save("periodic")
             now = time.perf_counter()
             last = self.iteration >= cfg.iterations or steps >= ff_after
-            if last or clock.due(self.iteration, now):
-                self._progress(window, now, fast_forward=False, stages=window.stages.summary())
-                clock.mark(self.iteration, now)
-                window = Window(started_at=now, start_iteration=self.iteration)
+            if last or self.report.due(self.iteration, now):
+                self.report.progress(self.iteration, now, batch_size=cfg.batch_size)
         return None
 
-    def _fast_forward(self, clock: ReportClock) -> str | None:
+    def _fast_forward(self) -> str | None:
         """Count iterations at the measured rate without computing (weights stay as after the
         last real step). Ranks agree on the rate (their mean) and, per chunk, on stopping."""
-        measured = self.profile.summary()
+        measured = self.report.profile.summary()
         rate = torch.tensor([measured.iteration_s if measured else 0.0], device=self.device)
         self.comm.allreduce_sum_(rate)
         iteration_s = float(rate[0]) / self.world
@@ -215,7 +186,7 @@ class Trainer:
         now = time.perf_counter()
         ff = FastForward(self.iteration, now, iteration_s, self.cfg.iterations)
         chunk = max(1, math.ceil(_FF_CHUNK_S / iteration_s)) if iteration_s > 0 else 1
-        window = Window(started_at=now, start_iteration=self.iteration)
+        self.report.open_window(self.iteration, now)
         _log.info("fast_forward", iteration=self.iteration, iteration_s=iteration_s)
         while self.iteration < self.cfg.iterations:
             target = min(self.cfg.iterations, self.iteration + chunk)
@@ -229,10 +200,9 @@ class Trainer:
             if float(flag.item()) > 0:
                 return self.stop.signal or "peer"
             now = time.perf_counter()
-            if self.iteration >= self.cfg.iterations or clock.due(self.iteration, now):
-                self._progress(window, now, fast_forward=True, stages=measured)
-                clock.mark(self.iteration, now)
-                window = Window(started_at=now, start_iteration=self.iteration)
+            if self.iteration >= self.cfg.iterations or self.report.due(self.iteration, now):
+                self.report.progress(self.iteration, now, batch_size=self.cfg.batch_size,
+                                     fast_forward=True)
         return None
 
     # --- endings ----------------------------------------------------------------------------
@@ -240,21 +210,15 @@ class Trainer:
     def _stopped(self, signal: str) -> Outcome:
         if self.saved_iteration != self.iteration:
             self._save("preempt")
-        self.emit(Stopped(job_id=self.cfg.job_id, rank=self.rank, ts=time.time(),
-                          iteration=self.iteration, signal=signal, loss=self.loss,
-                          param_digest=param_digest(self.params),
-                          profile=self.profile.summary()))
+        self.report.stopped(self.iteration, signal, self.loss, self.params)
         _log.info("stopped", iteration=self.iteration, signal=signal)
         return Outcome("stopped", self.iteration)
 
     def _finished(self) -> Outcome:
         if self.saved_iteration != self.iteration:
             self._save("final")
-        self.emit(Finished(job_id=self.cfg.job_id, rank=self.rank, ts=time.time(),
-                           iteration=self.iteration, loss=self.loss,
-                           wall_s=time.perf_counter() - self.t_main,
-                           param_digest=param_digest(self.params),
-                           profile=self.profile.summary()))
+        self.report.finished(self.iteration, self.loss, time.perf_counter() - self.t_main,
+                             self.params)
         _log.info("finished", iteration=self.iteration, loss=self.loss)
         return Outcome("finished", self.iteration)
 
@@ -262,31 +226,16 @@ class Trainer:
 
     def _save(self, reason: Literal["preempt", "final", "periodic"]) -> None:
         self.saved_iteration = self.iteration
-        if self.rank != 0:
-            return
-        t0 = time.perf_counter()
         meta = checkpoint.CheckpointMeta(
             job_id=self.cfg.job_id, model=self.cfg.model, seed=self.cfg.seed,
             batch_size=self.cfg.batch_size, iteration=self.iteration, world_size=self.world,
             skipped_iterations=self.skipped, loss=self.loss, torch_version=torch.__version__,
         )
-        obj = checkpoint.pack(meta, self.model.state_dict(), self.optimizer.state_dict())
-        path, size = checkpoint.save_atomic(obj, self.cfg.checkpoint_dir)
-        write_s = time.perf_counter() - t0
-        self.emit(Checkpointed(job_id=self.cfg.job_id, rank=self.rank, ts=time.time(),
-                               iteration=self.iteration, reason=reason, path=str(path),
-                               bytes=size, write_s=write_s))
-        _log.info("checkpointed", iteration=self.iteration, reason=reason, write_s=write_s)
-
-    def _progress(self, window: Window, now: float, *, fast_forward: bool,
-                  stages: StageTimes | None) -> None:
-        throughput = window.throughput(self.iteration, now)
-        self.emit(Progress(
-            job_id=self.cfg.job_id, rank=self.rank, ts=time.time(), iteration=self.iteration,
-            iterations_total=self.cfg.iterations, loss=window.loss(), throughput=throughput,
-            samples_per_s=throughput * self.cfg.batch_size, fast_forward=fast_forward,
-            stages=stages,
-        ))
+        done = self.report.save(self.cfg.checkpoint_dir, meta,
+                                [("model", self.model), ("optimizer", self.optimizer)], reason)
+        if done is not None:
+            _log.info("checkpointed", iteration=self.iteration, reason=reason,
+                      write_s=done.write_s)
 
     def _pack(self, buf: Tensor, sizes: list[int], loss: Tensor) -> None:
         off = 0

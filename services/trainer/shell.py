@@ -13,10 +13,8 @@ and each rank writes `stopped` and exits 0.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
-from types import FrameType
 
 import structlog
 
@@ -25,23 +23,7 @@ from schemas.trainer import Failed
 from services.runtime.logging import configure, get_logger
 from services.trainer.channel import Reporter
 from services.trainer.errors import PERMANENT, TrainingFailed
-
-
-class SignalStop:
-    """Stop request set by SIGTERM/SIGINT once `arm()` is called."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.signal: str | None = None
-
-    def arm(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if not self.requested:
-            self.requested = True
-            self.signal = signal.Signals(signum).name
+from services.trainer.stopping import SignalStop
 
 
 def main(argv: list[str] | None = None, *, protect_stdout: bool = False) -> int:

@@ -31,8 +31,9 @@ from schemas.trainer import (
     Stopped,
 )
 from services.trainer import checkpoint, workloads
+from services.trainer.checkpoint import param_digest
 from services.trainer.comm import Local
-from services.trainer.runner import Trainer, param_digest
+from services.trainer.runner import Trainer
 from tests.trainer.proc import TrainerProc, launch, rendezvous_port
 
 R = TypeVar("R", bound=Record)
