@@ -1,0 +1,143 @@
+"""`loom sim` and `loom compare`: one policy, or several in parallel, on a trace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from domain.placement import SCHEMES
+from loom.cli_common import out, overhead, positive, slug
+from loom.plots import jct_cdf
+from loom.replay import commands as replay_cli
+from loom.report import results_table, write_run
+from loom.runs import RunSpec, compare, run_one
+from loom.simulate import SimResult
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help="bundled name (muri/trace1) or CSV path")
+    p.add_argument("--cluster", required=True,
+                   help="bundled name (n8g8), cluster-spec CSV or JSON, or GPU counts per type "
+                        "V100:P100:K80 (36:36:36)")
+    p.add_argument("--gpus-per-server", default="4",
+                   help="with GPU counts: GPUs per server, N or N:N:N per type (default 4)")
+    p.add_argument("--throughputs", help="per-GPU-type throughput JSON for Gavel traces "
+                                         "(default: Gavel's bundled simulation table)")
+    p.add_argument("--bus", choices=("memory", "nats"), default="memory",
+                   help="in-process bus, or NATS JetStream (default: memory)")
+    p.add_argument("--nats-url", help="NATS server; default with --bus nats: start a private one")
+    p.add_argument("--round-s", type=positive,
+                   help="re-plan every S seconds (round-based) instead of on every event")
+    p.add_argument("--gpu-type", choices=("A100", "T4"),
+                   help="make deadline-trace jobs elastic with ElasticFlow's throughput table "
+                        "for this GPU (speed by GPU count)")
+    p.add_argument("--free-at-once", action="store_true",
+                   help="round-based runs: give a finished job's GPUs out at once instead of "
+                        "at the end of the round (Gavel's behaviour)")
+    p.add_argument("--overhead", type=overhead,
+                   help="none | muri | elasticflow | elasticflow-baseline | flat:SECONDS | "
+                        "profile:FILE (default: the trace's origin; with --profile, its "
+                        "overheads.json)")
+    p.add_argument("--profile", dest="measured", metavar="DIR",
+                   help="a `loom profile` folder: jobs of profiled workloads run at the measured "
+                        "speeds and stage times instead of the trace's constants")
+    p.add_argument("--placement", choices=SCHEMES,
+                   help="placement scheme (default: the policy's); yarn = the research "
+                        "simulators' first-fit re-pack, for compatibility runs")
+    p.add_argument("--seed", type=int, default=0, help="seed for any randomness (default 0)")
+    p.add_argument("--tenants", help="tenants file (TOML or JSON): weight, max_gpus, "
+                                     "max_queued per tenant (default: no limits)")
+    p.add_argument("--log-level", default="warning", help="service log level (default warning)")
+
+
+def _add_no_plot(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-plot", action="store_true",
+                   help="skip jct_cdf.png (batch runs: drawing it takes longer than a short "
+                        "simulation)")
+
+
+def add_commands(sub: Any) -> None:
+    sim = sub.add_parser("sim", help="simulate one policy on a trace")
+    _add_run_options(sim)
+    sim.add_argument("--policy", required=True, help="a registered policy (see `loom policies`)")
+    sim.add_argument("--out", type=Path, help="output directory (default runs/<trace>-<policy>)")
+    sim.add_argument("--log", type=Path, help="also write the run's event log to this file "
+                                              "(.gz: gzipped; see `loom replay`)")
+    _add_no_plot(sim)
+
+    cmp_ = sub.add_parser("compare", help="simulate several policies on one trace")
+    _add_run_options(cmp_)
+    cmp_.add_argument("--policies", required=True, help="comma-separated, e.g. srtf,tiresias")
+    cmp_.add_argument("--out", type=Path, help="output directory (default runs/<trace>-compare)")
+    cmp_.add_argument("--processes", type=int, default=0,
+                      help="parallel processes (default: one per policy, up to the CPU count)")
+    cmp_.add_argument("--log", type=Path,
+                      help="also write each run's event log to DIR/<policy>.eventlog.gz")
+    _add_no_plot(cmp_)
+
+
+def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
+    return RunSpec(
+        trace=args.trace, cluster=args.cluster, policy=policy, bus=args.bus,
+        nats_url=args.nats_url, round_s=args.round_s, overhead=args.overhead,
+        free_at_once=args.free_at_once, gpu_type=args.gpu_type,
+        placement=args.placement, seed=args.seed,
+        log_level=args.log_level, gpus_per_server=args.gpus_per_server,
+        throughputs=args.throughputs, tenants=args.tenants, measured=args.measured,
+    )
+
+
+def _jcts(result: SimResult) -> list[float]:
+    return [j.jct_s for j in result.jobs if j.jct_s is not None]
+
+
+def _title(summary: dict[str, object]) -> str:
+    return f"{summary['trace']} on {summary['cluster']} ({summary['bus']} bus)"
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    spec = _spec(args, args.policy)
+    if args.log is not None:
+        spec = replay_cli.logged(spec, args.log)
+    spec.validate()
+    dest = args.out or Path("runs") / f"{slug(Path(args.trace).name)}-{args.policy}"
+    result = run_one(spec, progress=True)
+    write_run(dest, result.summary, result.jobs)
+    if not args.no_plot:
+        jct_cdf({args.policy: _jcts(result)}, dest / "jct_cdf.png", _title(result.summary))
+    out.print(results_table([result.summary], _title(result.summary)))
+    plot = "" if args.no_plot else " and jct_cdf.png"
+    out.print(f"wrote {dest}/summary.json, jobs.csv{plot}")
+    return 0 if result.summary["errors"] == 0 else 1
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not names:
+        raise ValueError("--policies is empty")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--policies lists a policy twice: {args.policies}")
+    specs = [_spec(args, name) for name in names]
+    if args.log is not None:
+        specs = [replay_cli.logged(s, args.log / f"{s.policy}.eventlog.gz") for s in specs]
+    for s in specs:
+        s.validate()
+    dest = args.out or Path("runs") / f"{slug(Path(args.trace).name)}-compare"
+    results = compare(specs, processes=args.processes)
+    for r in results:
+        write_run(dest / str(r.summary["policy"]), r.summary, r.jobs)
+    summaries = [r.summary for r in results]
+    out.print(results_table(summaries, _title(summaries[0])))
+    (dest / "compare.json").write_text(json.dumps(summaries, indent=2) + "\n")
+    plot = ""
+    if not args.no_plot:
+        jct_cdf({str(r.summary["policy"]): _jcts(r) for r in results}, dest / "jct_cdf.png",
+                _title(summaries[0]))
+        plot = ", jct_cdf.png"
+    out.print(f"wrote {dest}/compare.json{plot} and {dest}/<policy>/")
+    return 0 if all(s["errors"] == 0 for s in summaries) else 1
+
+
+COMMANDS = {"sim": cmd_sim, "compare": cmd_compare}
