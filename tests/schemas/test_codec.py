@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+import re
+
 import msgpack
 import pytest
 
 from domain import causes
-from schemas.codec import CodecError, decode, decode_submission, encode
+from schemas import subjects
+from schemas.codec import (
+    SUBJECT_TYPES,
+    CodecError,
+    check_subject,
+    decode,
+    decode_submission,
+    encode,
+)
 from schemas.events import (
     EVENT_TYPES,
     DeadLetter,
@@ -47,6 +57,20 @@ def test_roundtrip_preserves_every_field(body) -> None:  # type: ignore[no-untyp
 
 def test_every_event_type_is_versioned() -> None:
     assert all(t.startswith("loom.") and t.rsplit(".", 1)[1].startswith("v") for t in EVENT_TYPES)
+
+
+def test_each_subject_carries_every_version_of_its_family_and_nothing_else() -> None:
+    """SUBJECT_TYPES is derived from EVENT_TYPES: every type travels on exactly one subject,
+    every subject carries some type, and a family's versions go together."""
+    carried = [t for types in SUBJECT_TYPES.values() for t in types]
+    assert sorted(carried) == sorted(EVENT_TYPES)
+    assert all(SUBJECT_TYPES.values())
+    assert SUBJECT_TYPES[subjects.JOB_TRANSITION] == {"loom.job.transition.v1",
+                                                     "loom.job.transition.v2"}
+    assert SUBJECT_TYPES[subjects.JOB_SUBMIT] == {"loom.job.submit.v1"}
+    with pytest.raises(CodecError, match=re.escape("expected loom.job.transition.v1, "
+                                                   "loom.job.transition.v2")):
+        check_subject(subjects.JOB_TRANSITION, "loom.job.submit.v1")
 
 
 @pytest.mark.parametrize(
