@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 NodeId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
 DEFAULT_GPU_TYPE = "gpu"
@@ -112,14 +109,3 @@ class ClusterSpec(BaseModel):
             if n.node_id == node_id:
                 return n
         raise KeyError(node_id)
-
-    def topology_graph(self) -> nx.Graph:
-        """Switch–node–GPU tree; edge weight is the hop cost used to compare placements."""
-        import networkx as nx  # a fifth of a second to import, for the few users of the graph
-
-        g = nx.Graph()
-        for n in self.nodes:
-            g.add_edge(("switch", n.switch_id), ("node", n.node_id), weight=10)
-            for i in range(n.gpus):
-                g.add_edge(("node", n.node_id), ("gpu", n.node_id, i), weight=1)
-        return g
