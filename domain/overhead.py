@@ -5,7 +5,7 @@ The research simulators disagree, and the choice changes results (algorithms.md 
   `overhead_dict`, 10 s for unknown models), and iterations run 1.5 % slower than the trace
   says (Muri's calibration factor 1.015);
 - `elasticflow`: 2 s at every event, plus a restart of (log2 g + 1) × 2 s + 27 s whenever a job
-  (re)starts on new GPUs (ElasticFlow's `estimate_overhead`, simplified: issue 5 refines it);
+  (re)starts on new GPUs (ElasticFlow's `estimate_overhead`, simplified);
 - `elasticflow-baseline`: (log2 g + 1) × 2 s + 2 s whenever a job (re)starts, nothing per
   event: how ElasticFlow's artifact charges the baselines it compares against (dlas-gpu,
   themis: `estimate_overhead` at a start, with the executor cache's 27 s restart only at

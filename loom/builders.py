@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from domain.overhead import parse_overhead
+from loom.live_args import SERVICES
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuInfo, GpuLink, NodeInfo
 from schemas.job import JobSpec
@@ -99,7 +100,6 @@ BUILDERS: dict[str, Callable[[ServeOptions], Built]] = {
     "injector": lambda opts: Built(InjectorCore(opts.jobs)),
     "nodeagent": _node_agent,
 }
-SERVICES = tuple(BUILDERS)
 
 
 def build_service(opts: ServeOptions) -> Built:

@@ -23,7 +23,7 @@ from services.scheduler.lifecycle import Transition, check
 
 # Every distinct set of nodes jobs have run on, once: a record keeps its set for good (a late
 # report of a finished job is checked against it), and a million jobs on a few nodes each
-# would otherwise hold a million copies of a few sets (216 bytes each).
+# would otherwise hold a million copies of a few sets.
 _HOST_SETS: dict[frozenset[str], frozenset[str]] = {}
 
 
