@@ -14,6 +14,9 @@ from __future__ import annotations
 
 STREAM = "LOOM"
 STREAM_SUBJECTS = ("loom.jobs.>", "loom.sched.>", "loom.ops.>", "loom.node.>")
+# Every subject Loom uses, dead letters included: what a simulation's one stream holds (and a
+# live LOOM made before dead letters had their own), and what reads a whole stream back.
+EVERY_SUBJECT = "loom.>"
 DEADLETTER_STREAM = "LOOM_DEADLETTER"
 
 JOB_SUBMIT = "loom.jobs.submit"  # accepts msgpack envelopes and plain JSON (people, `nats pub`)

@@ -272,8 +272,9 @@ class NatsLiveBus:
 
     async def publish_raw(self, subject: str, payload: bytes, msg_id: str | None = None) -> bool:
         """Send now; the acknowledgement is awaited by `flush` (True: sent)."""
-        if not subject.startswith("loom."):
-            raise ValueError(f"subject {subject!r} is outside the cluster's stream (loom.>)")
+        if not subjects.matches(subjects.EVERY_SUBJECT, subject):
+            raise ValueError(f"subject {subject!r} is outside the cluster's stream "
+                             f"({subjects.EVERY_SUBJECT})")
         try:
             ack = await self._send(subject, payload, msg_id)
         except Exception as exc:  # disconnected (a server restart): `flush` sends it again
