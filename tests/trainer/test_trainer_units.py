@@ -33,7 +33,9 @@ from services.trainer.accounting import (
     Window,
     derive_seed,
 )
+from services.trainer.comm import Local
 from services.trainer.optim import Adam
+from services.trainer.reporting import LaunchReport
 
 BASE = ["--job-id", "j1", "--model", "cnn", "--iterations", "10", "--checkpoint-dir", "/tmp/x"]
 STAGES = StageTimes(iterations=3, data_s=0.001, compute_s=0.01, comm_s=0.002, iteration_s=0.014)
@@ -208,6 +210,55 @@ def test_checkpoint_must_continue_the_same_data_stream() -> None:
         checkpoint.check_compatible(meta, job_id="j1", model="cnn", seed=1, batch_size=64)
     with pytest.raises(checkpoint.CheckpointError, match="model 'rl'"):
         checkpoint.check_compatible(meta, job_id="j1", model="rl", seed=0, batch_size=32)
+
+
+# --- a launch's report (shared by the trainer and the SDK) -------------------------------------
+
+def test_launch_report_windows_carry_their_own_losses_and_stages() -> None:
+    records: list[object] = []
+    report = LaunchReport(records.append, job_id="j", rank=0, iterations_total=4,
+                          report_every=2, report_interval=0)
+    report.started(iteration=0, now=10.0, model="m", world_size=1, backend="local",
+                   device="cpu", batch_size=8, checkpoint_world_size=None, startup_s=0.5)
+    report.step(3.0, None)  # a warm-up iteration: its loss counts, its times do not
+    assert not report.due(1, 10.5)
+    report.step(1.0, StepTimes(0.1, 0.2, 0.0, 0.4))
+    assert report.due(2, 11.0)
+    report.progress(2, 11.0, batch_size=8)
+    report.open_window(2, 12.0)  # fast-forward: a window of its own
+    report.progress(4, 13.0, batch_size=8, fast_forward=True)
+    report.finished(4, 1.0, 3.0, None)
+    started, real, skipped, finished = records
+    assert isinstance(started, Started) and (started.resumed, started.iteration) == (False, 0)
+    assert isinstance(real, Progress) and (real.loss, real.throughput, real.samples_per_s) == (
+        2.0, 2.0, 16.0)
+    assert real.stages is not None and real.stages.iterations == 1
+    assert isinstance(skipped, Progress) and skipped.fast_forward and skipped.loss is None
+    assert skipped.stages == real.stages  # the measured rate, not a window's own
+    assert isinstance(finished, Finished) and finished.profile == real.stages
+    assert finished.param_digest == ""  # no parameters given
+
+
+def test_launch_report_checkpoints_on_rank_0_and_checks_them_on_restore(
+        tmp_path: Path) -> None:
+    model = torch.nn.Linear(2, 1)
+    records: list[object] = []
+    ranks = [LaunchReport(records.append, job_id="j", rank=r, iterations_total=9,
+                          report_every=0, report_interval=1) for r in (0, 1)]
+    meta = _meta(job_id="j", iteration=3)
+    assert ranks[1].save(tmp_path, meta, [("model", model)], "periodic") is None
+    assert list(tmp_path.iterdir()) == [] and records == []
+    done = ranks[0].save(tmp_path, meta, [("model", model)], "periodic")
+    assert isinstance(done, Checkpointed) and records == [done] and done.iteration == 3
+
+    def refuse(meta: checkpoint.CheckpointMeta, obj: dict[str, object]) -> None:
+        raise checkpoint.CheckpointError("not this run's")
+
+    with pytest.raises(checkpoint.CheckpointError, match="not this run's"):
+        ranks[0].restore(Local(), tmp_path, model.parameters(), refuse)
+    found = ranks[0].restore(Local(), tmp_path, model.parameters(), lambda m, o: None)
+    assert found is not None and found[0] == meta and found[1]["optimizer"] == {}
+    assert ranks[0].restore(Local(), None, model.parameters(), refuse) is None
 
 
 # --- workloads -------------------------------------------------------------------------------
