@@ -377,7 +377,7 @@ def _let_gloo_workers_finish() -> None:
     its Python object; the group's teardown (here, or when the script's DDP model is freed)
     joins the workers while holding the GIL. If the last collective's clean-up is still
     waiting then, the process hangs at exit for ever (a known torch teardown hazard: CI and
-    `tests/trainer/test_sdk.py` hit it in about 1 of 15 two-rank runs)."""
+    `tests/services/trainer/test_sdk.py` hit it in about 1 of 15 two-rank runs)."""
     time.sleep(0.05)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from schemas.trainer import Record, decode
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMON = ("--threads", "1", "--log-level", "info")
 
 

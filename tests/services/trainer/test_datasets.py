@@ -14,7 +14,7 @@ from schemas.trainer import Failed
 from services.trainer import datasets, workloads
 from services.trainer.accounting import STREAM, derive_seed
 from services.trainer.errors import DatasetError
-from tests.trainer.proc import launch
+from tests.services.trainer.proc import launch
 
 # --- builders: the standard formats, written from scratch --------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 
 from loom.sdk import DataOrder, Environment, SdkError, session
 from schemas.trainer import Finished, Progress, Record, Started, Stopped, decode
-from tests.trainer.proc import ROOT, rendezvous_port
+from tests.services.trainer.proc import ROOT, rendezvous_port
 
 EXAMPLE = ROOT / "examples" / "train_mnist_like.py"
 

@@ -34,7 +34,7 @@ from services.trainer import checkpoint, workloads
 from services.trainer.checkpoint import param_digest
 from services.trainer.comm import Local
 from services.trainer.runner import Trainer
-from tests.trainer.proc import TrainerProc, launch, rendezvous_port
+from tests.services.trainer.proc import TrainerProc, launch, rendezvous_port
 
 R = TypeVar("R", bound=Record)
 
