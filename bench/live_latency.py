@@ -79,7 +79,7 @@ async def main(args: argparse.Namespace) -> None:
                 steps.setdefault(jid, []).append((time.perf_counter(), name))
 
     if args.trace_steps:
-        await nc.subscribe("loom.>", cb=on_any)
+        await nc.subscribe(subjects.EVERY_SUBJECT, cb=on_any)
 
     async def on_transition(msg: Any) -> None:
         body = decode(msg.data).body

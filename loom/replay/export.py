@@ -29,6 +29,7 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from loom.eventlog import EventLogWriter, RunInfo
+from schemas import subjects
 from schemas.codec import decode
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_auth import NatsAuth
@@ -116,7 +117,7 @@ async def _rows(js: Any, stream: str, prefix: str, state: Any) -> AsyncIterator[
     if not state.messages:
         return
     last = state.last_seq
-    sub = await js.subscribe(f"{prefix}loom.>", stream=stream, ordered_consumer=True,
+    sub = await js.subscribe(prefix + subjects.EVERY_SUBJECT, stream=stream, ordered_consumer=True,
                              config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
     previous: float | None = None
     try:

@@ -116,7 +116,7 @@ class NatsSimBus:
         # then expires; a private server's store is deleted with the server anyway.
         max_age = SHARED_STREAM_MAX_AGE_S if self.server is None else None
         cfg = StreamConfig(
-            name=self.stream, subjects=[f"{self.prefix}loom.>"],
+            name=self.stream, subjects=[self.prefix + subjects.EVERY_SUBJECT],
             duplicate_window=DUPLICATE_WINDOW_S, max_age=max_age,
         )
         try:
@@ -124,7 +124,7 @@ class NatsSimBus:
         except nats.js.errors.BadRequestError:
             await self.js.update_stream(cfg)
         self._reader = await self.js.subscribe(
-            f"{self.prefix}loom.>",
+            self.prefix + subjects.EVERY_SUBJECT,
             durable=f"sim-{self.run_id}",
             stream=self.stream,
             cb=self._arrived,
@@ -148,7 +148,8 @@ class NatsSimBus:
 
     async def _publish(self, subject: str, payload: bytes, msg_id: str | None) -> bool:
         if not subject.startswith("loom."):
-            raise ValueError(f"subject {subject!r} is outside the run's stream (loom.>)")
+            raise ValueError(f"subject {subject!r} is outside the run's stream "
+                             f"({subjects.EVERY_SUBJECT})")
         headers = None if msg_id is None else {MSG_ID: msg_id}
         # A plain publish into the stream's subjects is stored by JetStream; reading it back
         # through the consumer below is the proof it was stored, so no PubAck round trip.
