@@ -17,6 +17,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
+from numpy.typing import ArrayLike
+
+from domain.overhead import OverheadModel
+from domain.placement import Scheme
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
@@ -72,8 +76,8 @@ class Fitter(Protocol):
     monotone: bool
 
     @property
-    def scheme(self) -> str:
-        """"consolidated", "count" or "yarn" (see domain.placement)."""
+    def scheme(self) -> Scheme:
+        """The placement scheme (`domain.placement.SCHEMES`)."""
         ...
 
     def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,
@@ -106,14 +110,19 @@ class Plan:
 class Policy(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
-    placement: ClassVar[Literal["consolidated", "count", "yarn"]] = "consolidated"
+    placement: ClassVar[Scheme] = "consolidated"
     replan: ClassVar[Replan] = "event"
     # The scheduler lets goodput-profiled jobs pick their batch size (Pollux co-adaptation).
     adapts_batch_size: ClassVar[bool] = False
+    # The empirical job-size sample a policy ranks by, by name (Tiresias' "yarn-gput1000");
+    # whoever makes the policy loads it (`traces.distributions`) and passes it to `configure`.
+    size_distribution: ClassVar[str | None] = None
 
     def configure(self, *, seed: int, round_s: float,  # noqa: B027 - optional hook
-                  profile: ThroughputTable | None = None) -> None:
-        """The run's seed, round length and throughput profile, for policies that use them."""
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
+        """The run's seed, round length, throughput profile, overhead model and the job-size
+        sample named by `size_distribution`, for policies that use them."""
 
     def admit(self, spec: JobSpec) -> str | None:
         """Why this policy can never run the job (it is then rejected), or None."""

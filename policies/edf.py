@@ -17,6 +17,9 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
+from numpy.typing import ArrayLike
+
+from domain.overhead import OverheadModel
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
@@ -167,7 +170,8 @@ class EdfAccessControl(Edf):
         self.declined = 0
 
     def configure(self, *, seed: int, round_s: float,
-                  profile: ThroughputTable | None = None) -> None:
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
         self.slot_s = round_s
 
     def job_removed(self, job_id: str) -> None:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import random
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from domain.overhead import OverheadModel
 from policies.mechanisms.allocation import AllocationInput
 from policies.mechanisms.lp import FloatArray
 from policies.mechanisms.rounds import RoundPolicy
@@ -34,8 +36,10 @@ class FifoPerf(RoundPolicy):
         self._assigned: dict[str, str] = {}
 
     def configure(self, *, seed: int, round_s: float,
-                  profile: ThroughputTable | None = None) -> None:
-        super().configure(seed=seed, round_s=round_s, profile=profile)
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
+        super().configure(seed=seed, round_s=round_s, profile=profile, overhead=overhead,
+                          job_sizes=job_sizes)
         self._rng = random.Random(seed)
 
     def allocate(self, inp: AllocationInput) -> FloatArray:

@@ -38,6 +38,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from numpy.typing import ArrayLike
+
+from domain.overhead import OverheadModel
 from policies.base import Fitter, Plan, Policy, Snapshot
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
@@ -47,8 +50,7 @@ from schemas.throughputs import ThroughputTable
 SIZES = (1, 2, 4, 8, 16, 32, 64)  # the artifact's node-set classes
 # A set rotates once per QUANTUM_SLOTS slots (600 s with 60 s slots). A rotation suspends
 # jobs and resumes others, which ElasticFlow's overhead model charges as a restart (29 s and
-# more); ten slots keep that below ~7 % of a turn. On Fig. 8a's trace one slot gives 0.051
-# (rotations eat the time), ten give 0.097, never rotating 0.072 (artifact: 0.092).
+# more); ten slots keep that below ~7 % of a turn (docs/validation.md: other quanta on Fig. 8a).
 QUANTUM_SLOTS = 10
 
 
@@ -88,7 +90,8 @@ class GandivaTimeslice(Policy):
         self._last: Plan | None = None
 
     def configure(self, *, seed: int, round_s: float,
-                  profile: ThroughputTable | None = None) -> None:
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
         self._quantum = QUANTUM_SLOTS * round_s
 
     def admit(self, spec: JobSpec) -> str | None:

@@ -40,14 +40,13 @@ GPUs (it takes no capacity).
 
 When the capacity does not bind at the optimum (light load), the optimum is not unique: any x_m
 keeping rho_m below the bottleneck's value is optimal, and the point returned depends on the
-solver and on how the data are scaled. Muri (ECOS) passes raw values; so does Loom: measured,
-that keeps Clarabel's choice close to ECOS' (normalising the data moved it further away).
-Solvers: Clarabel on the raw data. If that fails or is inaccurate (it happens on a few % of
-cycles on the bigger traces) and the capacity binds, the optimum is unique and has a closed
-form up to a 1-D root (`binding_shares`), used instead; otherwise Clarabel then SCS on data
-scaled to max(a + b) = 1; then Muri's "equal weight" fallback: x_m = 1 for every job, so the
-order degenerates to least attained time first. Muri calls ECOS, then SCS (ECOS is not a
-dependency here).
+solver and on how the data are scaled. Muri (ECOS) passes raw values; so does Loom, which keeps
+Clarabel's choice closer to ECOS' than normalised data would (docs/validation.md).
+Solvers: Clarabel on the raw data. If that fails or is inaccurate and the capacity binds, the
+optimum is unique and has a closed form up to a 1-D root (`binding_shares`), used instead;
+otherwise Clarabel then SCS on data scaled to max(a + b) = 1; then Muri's "equal weight"
+fallback: x_m = 1 for every job, so the order degenerates to least attained time first. Muri
+calls ECOS, then SCS (ECOS is not a dependency here).
 
 Not reproduced: Muri's throughput includes its 1.015 iteration-time calibration, which Loom
 applies in the `muri` overhead model that policies do not see, so b_m is 1.5 % below Muri's.

@@ -15,7 +15,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from domain.overhead import OverheadModel
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot, place_runnable
 from policies.chronus.lease import LeaseProblem, Selection
 from policies.chronus.milp import LeaseSolver
@@ -96,7 +98,8 @@ class Chronus(Policy):
         self._position: dict[str, int] = {}
 
     def configure(self, *, seed: int, round_s: float,
-                  profile: ThroughputTable | None = None) -> None:
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
         self.lease_s = round_s
 
     def job_added(self, job: JobView) -> None:

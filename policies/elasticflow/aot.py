@@ -1,11 +1,11 @@
 """ElasticFlow's cycle kernel compiled ahead of time, so that a run does not load numba.
 
-`kernel.plan_cycle` under numba's JIT costs every process about 0.5 s before its
+`kernel.plan_cycle` under numba's JIT costs every process a noticeable start-up before its
 first cycle even with numba's cache warm (numba's import, then its CPU target, which imports
-scipy's BLAS): a sixth of `loom sim` on a 1,000-job trace. `numba.pycc` compiles the same
-function once (10-25 s) into an extension module that needs only numpy. `scripts/setup`
-builds it (`main`) into `policies/elasticflow/_aot/`, named by a digest of the kernel's source
-and of this file, so an edited kernel is never run from a stale build.
+scipy's BLAS; docs/validation.md has the figures). `numba.pycc` compiles the same function
+once into an extension module that needs only numpy. `scripts/setup` builds it (`main`) into
+`policies/elasticflow/_aot/`, named by a digest of the kernel's source and of this file, so an
+edited kernel is never run from a stale build.
 
 `plan_cycle()` gives that module's function if it is built for the current source, else
 numba's JIT dispatcher (where pycc or a C compiler is missing, the build failed, or

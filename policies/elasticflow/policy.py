@@ -39,6 +39,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import ClassVar, Literal
 
+from numpy.typing import ArrayLike
+
+from domain.overhead import OverheadModel
 from policies.base import Fitter, Plan, Policy, Snapshot
 from policies.elasticflow.model import NO_DEADLINE, Allotted, Need
 from policies.elasticflow.planner import planner_for
@@ -64,7 +67,8 @@ class ElasticFlow(Policy):
         self.declined = 0
 
     def configure(self, *, seed: int, round_s: float,
-                  profile: ThroughputTable | None = None) -> None:
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
         self.slot_s = round_s
 
     def job_removed(self, job_id: str) -> None:

@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from domain.placement import Scheme
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import Status, StatusCode
@@ -103,7 +104,7 @@ class TenantGate:
         self._inner.free_gpus = value
 
     @property
-    def scheme(self) -> str:
+    def scheme(self) -> Scheme:
         return self._inner.scheme
 
     def free_of(self, gpu_type: str) -> int:

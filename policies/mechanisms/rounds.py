@@ -34,7 +34,9 @@ import random
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from domain.overhead import OverheadModel
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot
 from policies.mechanisms.allocation import (
     AllocationInput,
@@ -96,7 +98,8 @@ class RoundPolicy(Policy):
         self.profile: ThroughputTable | None = None
 
     def configure(self, *, seed: int, round_s: float,
-                  profile: ThroughputTable | None = None) -> None:
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
         self.round_s = round_s
         self._shuffle = random.Random(seed + 5)
         self.profile = profile

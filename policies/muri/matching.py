@@ -8,9 +8,8 @@ cluster; rounds repeat (pairs → groups of 3–4) until demand fits or `MAX_GRO
 
 Two things make this fast: every pair's weight is computed at once with numpy
 (`interleave.batch_used_ratio`, bit-identical to the scalar model), and each group keeps only
-its `TOP_K` best edges before rustworkx's blossom matching (Rust). On 1,000 random jobs the
-sparse graph's optimum equals the dense one's (tests cross-check against networkx), at 0.1 s
-instead of 11 s.
+its `TOP_K` best edges before rustworkx's blossom matching (Rust). The sparse graph's optimum
+equals the dense one's (tests cross-check against networkx); docs/validation.md has the times.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ def _cached_weights(groups: Sequence[Group], stages: Mapping[str, Stages]) -> li
 
 
 def _all_pairs(groups: Sequence[Group], stages: Mapping[str, Stages]) -> np.ndarray:
-    """Every pair at once with numpy (large candidate sets: 1,000 jobs in well under 1 s)."""
+    """Every pair at once with numpy (large candidate sets)."""
     n = len(groups)
     weights = np.zeros((n, n))
     sizes = np.array([len(g) if all(j in stages for j in g) else MAX_GROUP + 1

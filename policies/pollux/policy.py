@@ -37,8 +37,10 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from domain.goodput import GoodputModel, job_batch, model_for
+from domain.overhead import OverheadModel
 from policies.base import Fitter, JobView, Plan, Policy, Replan, Snapshot
 from policies.pollux.optimiser import (
     MAX_NODES,
@@ -78,7 +80,8 @@ class Pollux(Policy):
         self.repairs = 0  # jobs the packing moved to a smaller count than the optimum
 
     def configure(self, *, seed: int, round_s: float,
-                  profile: ThroughputTable | None = None) -> None:
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
         self.round_s = round_s
         self.seed = seed  # the optimiser is deterministic; kept for reproducible variants
 

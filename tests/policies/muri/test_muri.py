@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from domain.overhead import parse_overhead
 from policies.muri import MuriL, MuriS
 from schemas.cluster import ClusterSpec
 from schemas.job import JobSpec
-from tests.builders import cluster, make_job, simulate
+from tests.builders import cluster, make_job, simulate, view
 from tests.policies.driver import Driver
 
 A, B = (1.0, 2.0, 0.0), (2.0, 1.0, 0.0)  # complementary: data of one under compute of other
@@ -108,3 +109,22 @@ def test_same_trace_same_decisions() -> None:
     two = simulate(jobs, "muri-s", cluster(1, 2), overhead="muri")
     assert one.summary["decision_digest"] == two.summary["decision_digest"]
     assert one.summary["finished"] == 12
+
+
+@pytest.mark.parametrize(("overhead", "first"), [
+    (None, "n"), ("muri", "n"),  # r: 1000 s × 1.015 = 1015 left, n: 1010 → n first
+    ("none", "r"), ("flat:30", "r"),  # r: 1000 s left → r first
+])
+def test_remaining_time_is_ranked_by_the_runs_overhead_model(overhead: str | None,
+                                                             first: str) -> None:
+    """Muri's simulator runs iterations 1.5 % slower than the trace says, as the `muri`
+    overhead model does; Muri-S ranks remaining time by the run's model (Muri's own when the
+    policy is not configured with one), and a job that never ran by its trace duration."""
+    p = MuriS()
+    if overhead is not None:
+        p.configure(seed=0, round_s=360.0, overhead=parse_overhead(overhead))
+    r = view(job("r", (1.0, 0.0, 0.0), iterations=1000), running=True, attained=1.0)
+    n = view(job("n", (1.0, 0.0, 0.0), iterations=1000, duration=1010.0))
+    for v in (r, n):
+        p.job_added(v)
+    assert min((r, n), key=p.key).job_id == first
