@@ -1,10 +1,16 @@
-"""Scheduling policies, one per module, behind one interface (`policies.base.Policy`).
+"""Scheduling policies behind one interface (`policies.base.Policy`): one per module, the large
+ones a folder each; what several share is in `policies.mechanisms`.
 
 `REGISTRY` is the explicit name → class table; `make(name)` builds a fresh instance.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from numpy.typing import ArrayLike
+
+from domain.overhead import OverheadModel
 from policies.allox import AlloX
 from policies.base import Policy
 from policies.chronus import Chronus
@@ -57,18 +63,34 @@ class UnknownPolicy(KeyError):
         return f"unknown policy {self.args[0]!r}; registered: {', '.join(sorted(REGISTRY))}"
 
 
-def make(name: str) -> Policy:
+def policy_class(name: str) -> type[Policy]:
     try:
-        cls = REGISTRY[name]
+        return REGISTRY[name]
     except KeyError:
         raise UnknownPolicy(name) from None
-    return cls()
+
+
+def make(name: str) -> Policy:
+    return policy_class(name)()
 
 
 def make_configured(name: str, *, seed: int, round_s: float,
-                    profile: ThroughputTable | None = None) -> Policy:
-    """A fresh policy set up for a run (its seed, round length and throughput profile): how
-    the scheduler builds one at start and on `set-policy`."""
-    policy = make(name)
-    policy.configure(seed=seed, round_s=round_s, profile=profile)
+                    profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                    load_job_sizes: Callable[[str], ArrayLike] | None = None) -> Policy:
+    """A fresh policy set up for a run (its seed, round length, throughput profile and
+    overhead model): how the scheduler builds one at start and on `set-policy`.
+
+    `load_job_sizes` loads a job-size sample by name (`traces.distributions.
+    load_size_distribution`); it is called only for a policy that ranks by one
+    (`Policy.size_distribution`), which cannot be made without it."""
+    cls = policy_class(name)
+    job_sizes = None
+    if cls.size_distribution is not None:
+        if load_job_sizes is None:
+            raise ValueError(f"policy {name!r} ranks jobs by the job-size sample "
+                             f"{cls.size_distribution!r}: pass load_job_sizes")
+        job_sizes = load_job_sizes(cls.size_distribution)
+    policy = cls()
+    policy.configure(seed=seed, round_s=round_s, profile=profile, overhead=overhead,
+                     job_sizes=job_sizes)
     return policy

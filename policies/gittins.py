@@ -35,7 +35,9 @@ is available as variant "textbook".
 Policies use the index through `GittinsTable`, which discretises it as the simulator does: the
 index only changes when attained service passes a sample, and between two samples it is the
 formula evaluated one second below the next sample (the simulator's `int(v − 1)`; its samples
-are whole seconds). The default sample is `yarn-gput1000`, the file the simulator hard-codes.
+are whole seconds). The sample is an input: the policy names the one it ranks by
+(`size_distribution`, `yarn-gput1000`, the file the simulator hard-codes) and whoever makes
+the policy loads it (`traces.distributions`) and hands it to `configure` or the constructor.
 
 Against Muri's copy of the simulator (Python 3) this makes the same decisions, job for job, on
 Muri's trace1 and trace3 (tests/policies/test_gittins.py). Tiresias' own copy runs under
@@ -50,16 +52,16 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from domain.overhead import OverheadModel
 from policies.base import Fitter, JobView, Plan, Snapshot, Stream
 from policies.mechanisms.ordered import Key
 from policies.tiresias import DiscretisedLas
-from traces.distributions import load_size_distribution, resolve_distribution
+from schemas.throughputs import ThroughputTable
 
 Variant = Literal["tiresias", "textbook"]
 
@@ -162,15 +164,15 @@ class GittinsTable:
         return self.values[idx]
 
 
-def gittins_table(distribution: str | Path = DEFAULT_DISTRIBUTION,
-                  delta: float = GITTINS_DELTA, variant: Variant = "tiresias") -> GittinsTable:
-    """The table of a bundled distribution name or CSV path, built once per process."""
-    return _table(resolve_distribution(distribution), float(delta), variant)
+def gittins_table(sizes: ArrayLike, delta: float = GITTINS_DELTA,
+                  variant: Variant = "tiresias") -> GittinsTable:
+    """The table of a job-size sample, built once per process for each distinct sample."""
+    return _table(_sorted_sizes(sizes).tobytes(), float(delta), variant)
 
 
 @functools.lru_cache(maxsize=16)
-def _table(path: Path, delta: float, variant: Variant) -> GittinsTable:
-    return GittinsTable(load_size_distribution(path), delta, variant)
+def _table(sizes: bytes, delta: float, variant: Variant) -> GittinsTable:
+    return GittinsTable(np.frombuffer(sizes, dtype=np.float64), delta, variant)
 
 
 class TiresiasGittins(DiscretisedLas):
@@ -178,12 +180,28 @@ class TiresiasGittins(DiscretisedLas):
     description = ("Tiresias 2D-Gittins (dlas-gpu-gittins): MLFQ on GPU-time, Gittins index "
                    "order within each queue (yarn-gput1000, quantum 3250 s)")
     gpu_time = True
+    size_distribution = DEFAULT_DISTRIBUTION
 
-    def __init__(self, distribution: str | Path = DEFAULT_DISTRIBUTION,
-                 delta: float = GITTINS_DELTA, variant: Variant = "tiresias") -> None:
+    def __init__(self, sizes: ArrayLike | None = None, delta: float = GITTINS_DELTA,
+                 variant: Variant = "tiresias") -> None:
+        """`sizes`: the job-size sample (GPU-seconds); without it, `configure` brings it."""
         super().__init__()
-        self.table = gittins_table(distribution, delta, variant)
+        self.delta, self.variant = float(delta), variant
+        self._table = None if sizes is None else gittins_table(sizes, delta, variant)
         self._views: Mapping[str, JobView] = {}
+
+    def configure(self, *, seed: int, round_s: float,
+                  profile: ThroughputTable | None = None, overhead: OverheadModel | None = None,
+                  job_sizes: ArrayLike | None = None) -> None:
+        if job_sizes is not None:
+            self._table = gittins_table(job_sizes, self.delta, self.variant)
+
+    @property
+    def table(self) -> GittinsTable:
+        if self._table is None:
+            raise ValueError(f"{self.name} ranks jobs by a job-size sample that was not given: "
+                             f"load {self.size_distribution!r} and pass it as `job_sizes`")
+        return self._table
 
     def index(self, job: JobView) -> float:
         return self.table(self.attained(job))

@@ -56,14 +56,15 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def gittins(nodes: int = 1, gpus: int = 1, distribution: str | Path = DEFAULT_DISTRIBUTION,
             delta: float = GITTINS_DELTA) -> Driver:
-    return Driver(TiresiasGittins(distribution, delta), cluster(nodes, gpus))
+    return Driver(TiresiasGittins(load_size_distribution(distribution), delta),
+                  cluster(nodes, gpus))
 
 
 def queue_of(d: Driver, job_id: str) -> int:
     return int(d.policy.key(d.jobs[job_id].view())[0])  # type: ignore[attr-defined]
 
 
-YARN = gittins_table()
+YARN = gittins_table(load_size_distribution(DEFAULT_DISTRIBUTION))
 
 
 # -- the index function ------------------------------------------------------------------------
@@ -209,9 +210,34 @@ def test_a_new_job_has_the_highest_yarn_index() -> None:
 
 
 def test_tables_are_built_once_per_distribution() -> None:
-    assert gittins_table() is gittins_table(DEFAULT_DISTRIBUTION, GITTINS_DELTA, "tiresias")
-    assert TiresiasGittins().table is TiresiasGittins().table
-    assert gittins_table("yarn-gput10000") is not YARN
+    yarn = load_size_distribution(DEFAULT_DISTRIBUTION)
+    assert gittins_table(yarn.copy(), GITTINS_DELTA, "tiresias") is YARN
+    assert TiresiasGittins(yarn).table is TiresiasGittins(yarn).table is YARN
+    assert gittins_table(load_size_distribution("yarn-gput10000")) is not YARN
+
+
+def test_the_sample_is_an_input() -> None:
+    """The policy names its sample and ranks by what it is given: at construction or through
+    `configure`, which `make_configured` feeds from the loader it is handed."""
+    with pytest.raises(ValueError, match="job-size sample"):
+        _ = TiresiasGittins().table
+    p = TiresiasGittins()
+    p.configure(seed=0, round_s=360.0, job_sizes=load_size_distribution(DEFAULT_DISTRIBUTION))
+    assert p.table is YARN
+    with pytest.raises(ValueError, match="'yarn-gput1000': pass load_job_sizes"):
+        policies.make_configured("tiresias-gittins", seed=0, round_s=360.0)
+    asked: list[str] = []
+
+    def load(name: str) -> np.ndarray:
+        asked.append(name)
+        return load_size_distribution(name)
+
+    made = policies.make_configured("tiresias-gittins", seed=0, round_s=360.0,
+                                    load_job_sizes=load)
+    assert isinstance(made, TiresiasGittins) and made.table is YARN
+    assert asked == [TiresiasGittins.size_distribution] == ["yarn-gput1000"]
+    policies.make_configured("fifo", seed=0, round_s=360.0, load_job_sizes=load)
+    assert asked == ["yarn-gput1000"]  # only a policy that ranks by a sample loads one
 
 
 # -- the policy --------------------------------------------------------------------------------
@@ -225,7 +251,7 @@ def test_policy_attributes() -> None:
 
 
 def test_key_is_queue_index_submit_second_then_2d_las_position() -> None:
-    p = TiresiasGittins()
+    p = TiresiasGittins(YARN.sizes)
     spec = J("a", gpus=2, submit=12.9)
     v = view(spec, attained=100.0)  # 200 GPU-s
     assert p.order_key(v, (1, 1, 7)) == (1, -YARN(200.0), 12, 1, 7)
