@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from policies.allocation import AllocationInput
 from policies.finish_time_fairness import FinishTimeFairnessSolver
-from policies.lp import FloatArray
 from policies.max_min_fairness import MaxMinLp, max_min_fairness
+from policies.mechanisms.allocation import AllocationInput
+from policies.mechanisms.lp import FloatArray
 from traces.throughputs import load_throughputs
 
 TYPES = ("k80", "p100", "v100")

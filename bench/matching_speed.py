@@ -13,7 +13,7 @@ import argparse
 import random
 import time
 
-from policies import matching
+from policies.muri import matching
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ A tenants file (TOML or JSON) maps each tenant to its limits:
     max_queued = 100    # waiting jobs it may have (submissions beyond it are rejected)
 
 A tenant the file does not name gets weight 1 and no limits. No file means no tenancy step at
-all (see `policies.admission`).
+all (see `policies.mechanisms.admission`).
 """
 
 from __future__ import annotations

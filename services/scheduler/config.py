@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from numpy.typing import ArrayLike
 
 from domain.overhead import OverheadModel, parse_overhead
 from domain.placement import SCHEMES, Scheme
@@ -10,6 +13,7 @@ from policies.base import Replan
 from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
+from traces.distributions import load_size_distribution
 
 DEFAULT_SLOT_S = 60.0  # ElasticFlow's scheduling slot in its Fig. 8 runs
 DEFAULT_ROUND_S = 360.0
@@ -30,6 +34,8 @@ class SchedulerConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # failed trainers
     # Quotas and fair share in front of the policy (policies.mechanisms.admission); None: no limits.
     tenants: TenantsConfig | None = None
+    # Job-size samples by name, for policies that rank by one (Tiresias-Gittins).
+    load_job_sizes: Callable[[str], ArrayLike] = load_size_distribution
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round", "slot"):

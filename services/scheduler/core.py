@@ -199,9 +199,10 @@ class SchedulerCore(CoreDefaults):
 
     def switch_policy(self, name: str) -> None:
         """Hand every active job to a new policy (`set-policy`, or a rebuild that saw one)."""
-        policy = policies.make_configured(name, seed=self.config.seed,
-                                          round_s=self.config.round_s,
-                                          profile=self.config.profile)
+        config = self.config
+        policy = policies.make_configured(name, seed=config.seed, round_s=config.round_s,
+                                          profile=config.profile, overhead=config.overhead,
+                                          load_job_sizes=config.load_job_sizes)
         for view in self.views.values():
             policy.job_added(view)
         self.policy = policy

@@ -17,7 +17,7 @@ from schemas.events import Envelope
 from schemas.job import JobSpec
 from services.metrics.core import MetricsCore
 from services.nodeagent.simnode import SimNodeCore
-from services.placer.binding import PlacerCore
+from services.placer.core import PlacerCore
 from services.runtime.bus import Bus, BusStats, Decoder, Handler, decode_any
 from services.runtime.clock import VirtualClock
 from services.runtime.kernel import SimKernel
