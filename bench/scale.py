@@ -1,0 +1,132 @@
+"""Simulation at production scale: jobs/s, events/s, µs per event, wall and peak RSS.
+
+Each run is a fresh process (peak RSS is the run's own) that builds its trace
+deterministically, then simulates it on the memory bus through the same services as `loom
+sim`. Traces:
+
+- `overlay:TRACE` (default `overlay:muri/trace2`): copies of a bundled trace laid over each
+  other (the k-th copy's jobs are `<id>-c<k>` but the first's, at the same times: one copy
+  is the trace itself), as many as `--jobs` needs;
+  on a cluster of `--gpus` GPUs, 8 per node with the trace's own node size, 8 nodes a switch
+  (Muri's n8g8 copied).
+- `gavel`: Gavel's generator (`traces.gavel_generator`, seeded), `--lam` seconds between
+  arrivals, on a V100:P100:K80 cluster split evenly, 8 GPUs a server.
+- `elasticflow`: ElasticFlow's generator (seeded, A100, deadlines), on A100 nodes of 8.
+
+    .venv/bin/python bench/scale.py --policies srtf --jobs 5755 --gpus 64
+    .venv/bin/python bench/scale.py --policies srtf,tiresias --jobs 92080 --gpus 1024,10000
+    .venv/bin/python bench/scale.py --source gavel --policies max-min-fairness-perf \\
+        --jobs 100000 --gpus 10000 --round-s 360
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from typing import Any
+
+CHILD = r"""
+import asyncio, json, math, sys, time
+from loom.simulate import SimConfig, run_simulation
+from schemas.cluster import ClusterSpec
+from traces import load_cluster, load_trace
+
+source, policy, jobs, gpus, seed, lam, round_s = sys.argv[1:8]
+jobs, gpus, seed, lam = int(jobs), int(gpus), int(seed), float(lam)
+round_s = float(round_s) if round_s != "-" else None
+t0 = time.perf_counter()
+profile, overhead = None, "none"
+if source.startswith("overlay:"):
+    base = load_trace(source.split(":", 1)[1])
+    copies = math.ceil(jobs / len(base.jobs))
+    # Copies of each job one after the other: still in submission order.
+    specs = [j.model_copy(update={"job_id": f"{j.job_id}-c{k}"}) if k else j
+             for j in base.jobs for k in range(copies)][:jobs]
+    node = load_cluster("n8g8").nodes[0]
+    nodes = max(1, gpus // node.gpus)
+    cluster = ClusterSpec.uniform(math.ceil(nodes / 8), min(nodes, 8), node.gpus,
+                                  cpus_per_node=node.cpus, mem_gb_per_node=node.mem_gb,
+                                  name=f"n{nodes}g{node.gpus}")
+    overhead, profile, name = base.default_overhead, base.profile, f"{base.name}x{copies}"
+elif source in ("gavel", "elasticflow"):
+    import tempfile
+    from pathlib import Path
+    folder = Path(tempfile.mkdtemp())
+    if source == "gavel":
+        from traces.gavel_generator import generate_gavel_jobs, write_gavel_trace
+        path = write_gavel_trace(generate_gavel_jobs(jobs, lam, seed), folder / "trace")
+        third = gpus // 3
+        cluster = load_cluster(f"{third}:{third}:{gpus - 2 * third}", 8)
+    else:
+        from traces.elasticflow_generator import (generate_elasticflow_jobs,
+                                                  write_elasticflow_trace)
+        path = write_elasticflow_trace(generate_elasticflow_jobs(jobs, lam, seed),
+                                       folder / "trace.csv")
+        cluster = ClusterSpec.uniform(math.ceil(gpus / 64), 8, 8, gpu_type="A100",
+                                      name=f"n{gpus // 8}g8")
+    base = load_trace(path)
+    specs, overhead, profile, name = list(base.jobs), base.default_overhead, base.profile, source
+else:
+    raise SystemExit(f"unknown source {source!r}: overlay:TRACE, gavel or elasticflow")
+built = time.perf_counter() - t0
+cfg = SimConfig(policy=policy, jobs=specs, cluster=cluster, trace_name=name, overhead=overhead,
+                profile=profile, round_s=round_s, seed=seed)
+summary = asyncio.run(run_simulation(cfg)).summary
+print(json.dumps({"build_s": built, "gpus": cluster.total_gpus, "jobs": len(specs),
+                  **{k: summary[k] for k in ("wall_s", "events", "cycles", "peak_rss_mb",
+                                             "finished", "avg_jct_s", "decision_digest")}}))
+"""
+
+
+def run(source: str, policy: str, jobs: int, gpus: int, seed: int, lam: float,
+        round_s: float | None, timeout_s: float) -> dict[str, Any]:
+    argv = [sys.executable, "-c", CHILD, source, policy, str(jobs), str(gpus), str(seed),
+            str(lam), "-" if round_s is None else str(round_s)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout_s:g} s"}
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", default="overlay:muri/trace2",
+                    help="overlay:TRACE, gavel or elasticflow (default overlay:muri/trace2)")
+    ap.add_argument("--policies", default="srtf,tiresias")
+    ap.add_argument("--jobs", default="5755", help="comma-separated job counts")
+    ap.add_argument("--gpus", default="64", help="comma-separated GPU counts")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lam", type=float, default=60.0,
+                    help="generators: mean seconds between arrivals (default 60)")
+    ap.add_argument("--round-s", type=float, help="round length (makes a policy round-based)")
+    ap.add_argument("--timeout-s", type=float, default=1800.0, help="per run (default 1800)")
+    args = ap.parse_args()
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
+          f"Python {platform.python_version()}, source {args.source}, seed {args.seed}")
+    print(f"{'policy':<22} {'jobs':>9} {'GPUs':>7} {'wall s':>8} {'events':>10} "
+          f"{'µs/event':>9} {'jobs/s':>8} {'RSS MB':>7} {'finished':>9}  digest")
+    for policy in args.policies.split(","):
+        for jobs in (int(x) for x in args.jobs.split(",")):
+            for gpus in (int(x) for x in args.gpus.split(",")):
+                r = run(args.source, policy, jobs, gpus, args.seed, args.lam, args.round_s,
+                        args.timeout_s)
+                if "error" in r:
+                    print(f"{policy:<22} {jobs:>9} {gpus:>7}  {r['error']}")
+                    continue
+                wall, events = float(r["wall_s"]), int(r["events"])
+                print(f"{policy:<22} {r['jobs']:>9} {r['gpus']:>7} {wall:>8.1f} {events:>10} "
+                      f"{wall / events * 1e6:>9.1f} {r['jobs'] / wall:>8.0f} "
+                      f"{float(r['peak_rss_mb']):>7.0f} {r['finished']:>9}  "
+                      f"{str(r['decision_digest'])[:12]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
