@@ -60,6 +60,7 @@ class SimNodeCore(CoreDefaults):
         self.name = f"nodeagent-{node.node_id}"
         self.overhead = overhead
         self.jobs: dict[str, _Run] = {}
+        self._charged: set[str] = set()  # jobs it leads that every cycle costs time
         self.gate = CommandGate()  # re-delivered and deposed-leader commands change nothing
 
     def _on(self, kind: str) -> str:
@@ -72,7 +73,12 @@ class SimNodeCore(CoreDefaults):
         # cycle changes nothing here, and a 100-node cluster is spared 100 deliveries a cycle.
         if not self.overhead.charges_per_event:
             return (commands,)
-        return (commands, Subscribe(subjects.CYCLE_STARTED))
+        return (commands, Subscribe(subjects.CYCLE_STARTED, wants=self._charged_by_cycles))
+
+    def _charged_by_cycles(self, env: Envelope) -> bool:
+        """Whether a cycle costs any run here time (`_on_cycle` would change something): a
+        node with none is passed over, so a cycle costs the nodes that run jobs, not all."""
+        return bool(self._charged)
 
     def history_subjects(self) -> Sequence[str]:
         node = self.node.node_id
@@ -90,6 +96,7 @@ class SimNodeCore(CoreDefaults):
             if isinstance(body, JobFinished):
                 if body.node_id == node:
                     self.jobs.pop(body.job_id, None)
+                    self._charged.discard(body.job_id)
                     self.gate.finish(body.job_id)
             elif any(subjects.matches(w, rec.subject) for w in wanted):
                 if isinstance(body, NodeCommand) and body.node_id != node:
@@ -115,6 +122,7 @@ class SimNodeCore(CoreDefaults):
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
         assert isinstance(key, tuple) and key[0] == "finish"
         run = self.jobs.pop(key[1])
+        self._charged.discard(key[1])
         self.gate.finish(key[1])
         return [Publish(self._on(subjects.FINISHED), JobFinished(
             job_id=run.spec.job_id, node_id=self.node.node_id,
@@ -134,6 +142,7 @@ class SimNodeCore(CoreDefaults):
         stopped: dict[str, float] = {}
         for stop in cmd.stops:
             run = self.jobs.pop(stop.job_id, None)
+            self._charged.discard(stop.job_id)
             if run is not None and run.leader:
                 run.advance(now, interrupted=False)
                 stopped[stop.job_id] = run.spec.iterations - run.progress.remaining
@@ -149,6 +158,8 @@ class SimNodeCore(CoreDefaults):
                 run.progress.iteration_s, run.progress.per_event_s = job_rates(
                     run.spec, members, self.overhead, self.node.gpu_type, self.profile,
                     gpu_count(launch.placement))
+                if run.progress.per_event_s:
+                    self._charged.add(launch.job_id)
                 effects.append(run.finish_timer(now))
         return effects
 
@@ -167,4 +178,5 @@ class SimNodeCore(CoreDefaults):
                                        launch.iterations_done) if leader else None,
         ))
         self.jobs[spec.job_id] = run
+        self._charged.discard(spec.job_id)  # until its rates say otherwise
         return run

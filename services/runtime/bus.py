@@ -22,6 +22,9 @@ from services.runtime.effects import PRIORITY_INPUT
 from services.runtime.kernel import SimKernel
 
 Handler = Callable[[Envelope], Awaitable[None]]
+# Whether a subscriber wants an envelope at all: a cheap check the bus makes before delivering
+# (a simulated node with nothing to account passes a cycle over).
+Wants = Callable[[Envelope], bool]
 
 
 MSG_ID = "Nats-Msg-Id"  # the NATS header JetStream de-duplicates by: Loom's event id
@@ -56,8 +59,12 @@ class Bus(Protocol):
         ...
 
     async def subscribe(
-        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
-    ) -> None: ...
+        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any,
+        wants: Wants | None = None,
+    ) -> None:
+        """Deliver what matches `subject` to `handler`; with `wants`, only the envelopes it
+        accepts (the rest are passed over, as if handled with no effect)."""
+        ...
 
     async def flush(self) -> None:
         """Until everything published so far is stored (a no-op where publishing is)."""
@@ -72,6 +79,7 @@ class Subscription:
     durable: str
     handler: Handler
     decoder: Decoder
+    wants: Wants | None = None
 
 
 @dataclass
@@ -135,6 +143,8 @@ class MemoryBus:
 
     async def _deliver(self, subs: list[Subscription], env: Envelope) -> None:
         for sub in subs:
+            if sub.wants is not None and not sub.wants(env):
+                continue
             self.stats.delivered += 1
             await sub.handler(env)
 
@@ -169,13 +179,16 @@ class MemoryBus:
                 )
                 await self.publish(subjects.deadletter(sub.durable), dl)
                 continue
+            if sub.wants is not None and not sub.wants(env):
+                continue
             self.stats.delivered += 1
             await sub.handler(env)
 
     async def subscribe(
-        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
+        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any,
+        wants: Wants | None = None,
     ) -> None:
-        self._routes.add(Subscription(subject, durable, handler, decoder))
+        self._routes.add(Subscription(subject, durable, handler, decoder, wants))
 
     async def flush(self) -> None:
         return None  # delivery is in-process: nothing in flight

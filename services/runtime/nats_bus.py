@@ -35,6 +35,7 @@ from services.runtime.bus import (
     Handler,
     Routes,
     Subscription,
+    Wants,
     dead_letter_envelope,
     decode_any,
     decode_failure,
@@ -205,6 +206,8 @@ class NatsSimBus:
                     await self.publish(subjects.deadletter(sub.durable), dl)
                     continue
                 decoded[key] = env
+            if sub.wants is not None and not sub.wants(env):
+                continue
             self.stats.delivered += 1
             await sub.handler(env)
         self._unacked += 1
@@ -214,9 +217,10 @@ class NatsSimBus:
             self._unacked = 0
 
     async def subscribe(
-        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
+        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any,
+        wants: Wants | None = None,
     ) -> None:
-        self._routes.add(Subscription(subject, durable, handler, decoder))
+        self._routes.add(Subscription(subject, durable, handler, decoder, wants))
 
     async def flush(self) -> None:
         return None  # reading the message back through the consumer proves it was stored

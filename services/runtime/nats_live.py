@@ -44,6 +44,7 @@ from services.runtime.bus import (
     Decoder,
     Handler,
     Subscription,
+    Wants,
     dead_letter_envelope,
     decode_any,
     decode_failure,
@@ -336,8 +337,8 @@ class NatsLiveBus:
                 inflight.append((subject, payload, msg_id, ack))
 
     async def subscribe(self, subject: str, handler: Handler, *, durable: str,
-                        decoder: Decoder = decode_any) -> None:
-        sub = Subscription(subject, durable, handler, decoder)
+                        decoder: Decoder = decode_any, wants: Wants | None = None) -> None:
+        sub = Subscription(subject, durable, handler, decoder, wants)
 
         async def deliver(msg: Any) -> None:
             await self._deliver(sub, msg)
@@ -378,6 +379,9 @@ class NatsLiveBus:
             await self.publish(subjects.deadletter(sub.durable), dl)
             await self.flush()
             await msg.ack()
+            return
+        if sub.wants is not None and not sub.wants(env):
+            await msg.ack()  # nothing to do with it: as if handled
             return
         self.stats.delivered += 1
         try:

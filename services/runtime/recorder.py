@@ -15,7 +15,7 @@ from typing import Protocol
 
 from schemas.codec import encode
 from schemas.events import Envelope
-from services.runtime.bus import Bus, BusStats, Decoder, Handler, decode_any
+from services.runtime.bus import Bus, BusStats, Decoder, Handler, Wants, decode_any
 
 
 class RecordSink(Protocol):
@@ -44,9 +44,11 @@ class RecordingBus:
         return stored
 
     async def subscribe(
-        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
+        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any,
+        wants: Wants | None = None,
     ) -> None:
-        await self.inner.subscribe(subject, handler, durable=durable, decoder=decoder)
+        await self.inner.subscribe(subject, handler, durable=durable, decoder=decoder,
+                                   wants=wants)
 
     async def flush(self) -> None:
         await self.inner.flush()

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from schemas import subjects
 from schemas.codec import encode
 from schemas.events import DeadLetter, Envelope, envelope
-from services.runtime.bus import Bus, Decoder, decode_any
+from services.runtime.bus import Bus, Decoder, Wants, decode_any
 from services.runtime.clock import Clock, TimerHandle
 from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
 from services.runtime.logging import get_logger
@@ -33,6 +33,7 @@ class RetryLater(Exception):
 class Subscribe:
     subject: str
     decoder: Decoder = decode_any
+    wants: Wants | None = None  # see `Bus.subscribe`
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,8 @@ class Shell:
     async def start(self) -> None:
         for sub in self.core.subscriptions():
             await self.bus.subscribe(
-                sub.subject, self._on_message, durable=self.name, decoder=sub.decoder
+                sub.subject, self._on_message, durable=self.name, decoder=sub.decoder,
+                wants=sub.wants,
             )
         await self.apply(self.core.start(self.clock.now()), None)
 

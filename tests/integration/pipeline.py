@@ -18,7 +18,7 @@ from schemas.job import JobSpec
 from services.metrics.core import MetricsCore
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.core import PlacerCore
-from services.runtime.bus import Bus, BusStats, Decoder, Handler, decode_any
+from services.runtime.bus import Bus, BusStats, Decoder, Handler, Wants, decode_any
 from services.runtime.clock import VirtualClock
 from services.runtime.kernel import SimKernel
 from services.runtime.nats_bus import NatsSimBus
@@ -100,9 +100,11 @@ class RecordingBus:
         return ok
 
     async def subscribe(
-        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any
+        self, subject: str, handler: Handler, *, durable: str, decoder: Decoder = decode_any,
+        wants: Wants | None = None,
     ) -> None:
-        await self.inner.subscribe(subject, handler, durable=durable, decoder=decoder)
+        await self.inner.subscribe(subject, handler, durable=durable, decoder=decoder,
+                                   wants=wants)
 
     async def flush(self) -> None:
         await self.inner.flush()

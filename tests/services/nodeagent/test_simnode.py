@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from domain.overhead import parse_overhead
+from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import (
     CycleStarted,
@@ -109,3 +112,32 @@ def test_overhead_models(text: str, per_event: float, restart: float, slowdown: 
 def test_bad_overhead_is_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="overhead"):
         parse_overhead(text)
+
+
+def _wants_cycle(core: SimNodeCore) -> bool:
+    (sub,) = [s for s in core.subscriptions() if s.subject == subjects.CYCLE_STARTED]
+    assert sub.wants is not None
+    return sub.wants(envelope(CycleStarted(cycle=1, trigger="t"), event_id="y", occurred_at=0.0,
+                              producer="t", causation_id=None))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["launch", "follow", "stop", "finish"]),
+                          st.sampled_from("abc")), max_size=25))
+def test_a_node_wants_a_cycle_exactly_when_the_cycle_would_cost_a_run_of_it_time(
+        steps: list[tuple[str, str]]) -> None:
+    core = SimNodeCore(NODE, parse_overhead("muri"))
+    now = 0.0
+    for action, job in steps:
+        now += 1.0
+        if action in ("launch", "follow"):  # as the gang's leader, or one of its followers
+            where = (("n0", (0,)),) if action == "launch" else (("n1", (0,)), ("n0", (0,)))
+            _cmd(core, now, [_launch(make_job(job).model("a2c").gpus(len(where))
+                                     .runs_for(100).build(), placement=where)])
+        elif action == "stop" and job in core.jobs:
+            _cmd(core, now, stops=[Stop(job_id=job, reason="preempted")])
+        elif action == "finish" and job in core.jobs and core.jobs[job].leader:
+            core.on_timer(("finish", job), now)
+        charged = any(r.leader and r.progress.per_event_s for r in core.jobs.values())
+        assert _wants_cycle(core) == charged
+        if not charged:
+            assert _cycle(core, now) == []  # a cycle passed over would have changed nothing

@@ -74,3 +74,17 @@ async def test_raw_msgpack_envelope_is_decoded() -> None:
     await bus.publish_raw(subjects.CYCLE_STARTED, encode(_env("x", 7)), msg_id="x")
     await k.run()
     assert [e.body for e in got] == [CycleStarted(cycle=7, trigger="t")]
+
+
+async def test_a_subscriber_gets_only_what_it_wants_and_others_still_get_everything() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    picky = await _collect(bus, subjects.CYCLE_STARTED, "picky",
+                           wants=lambda env: env.body.cycle % 2 == 0)
+    every = await _collect(bus, subjects.CYCLE_STARTED, "every")
+    for i in range(5):
+        await bus.publish(subjects.CYCLE_STARTED, _env(f"e{i}", i))
+    await k.run()
+    assert [e.body.cycle for e in picky] == [0, 2, 4]
+    assert [e.body.cycle for e in every] == [0, 1, 2, 3, 4]
+    assert bus.stats.delivered == 8  # passed over is not delivered
