@@ -8,8 +8,8 @@ sim`. Traces:
 - `overlay:TRACE` (default `overlay:muri/trace2`): copies of a bundled trace laid over each
   other (the k-th copy's jobs are `<id>-c<k>` but the first's, at the same times: one copy
   is the trace itself), as many as `--jobs` needs;
-  on a cluster of `--gpus` GPUs, 8 per node with the trace's own node size, 8 nodes a switch
-  (Muri's n8g8 copied).
+  on a cluster of `--gpus` GPUs, 8 per node with the trace's own node size, up to 8 nodes a
+  switch (Muri's n8g8 copied).
 - `gavel`: Gavel's generator (`traces.gavel_generator`, seeded), `--lam` seconds between
   arrivals, on a V100:P100:K80 cluster split evenly, 8 GPUs a server.
 - `elasticflow`: ElasticFlow's generator (seeded, A100, deadlines), on A100 nodes of 8.
@@ -48,7 +48,8 @@ if source.startswith("overlay:"):
              for j in base.jobs for k in range(copies)][:jobs]
     node = load_cluster("n8g8").nodes[0]
     nodes = max(1, gpus // node.gpus)
-    cluster = ClusterSpec.uniform(math.ceil(nodes / 8), min(nodes, 8), node.gpus,
+    per_switch = max(d for d in range(1, 9) if nodes % d == 0)  # exactly `gpus` GPUs
+    cluster = ClusterSpec.uniform(nodes // per_switch, per_switch, node.gpus,
                                   cpus_per_node=node.cpus, mem_gb_per_node=node.mem_gb,
                                   name=f"n{nodes}g{node.gpus}")
     overhead, profile, name = base.default_overhead, base.profile, f"{base.name}x{copies}"
