@@ -74,7 +74,8 @@ class Built:
     metrics: MetricsCore | None = None  # the metrics service: it also watches the streams
 
 
-def _scheduler(opts: ServeOptions) -> SchedulerCore:
+def scheduler_for(opts: ServeOptions) -> SchedulerCore:
+    """The scheduler's core (a replica builds one afresh each time it wins the lease)."""
     return build_scheduler(opts.policy, opts.cluster, round_s=opts.round_s,
                            overhead=opts.overhead, seed=opts.seed, liveness=opts.liveness,
                            retry=opts.retry, tenants=opts.tenants)
@@ -94,7 +95,7 @@ def _node_agent(opts: ServeOptions) -> Built:
 
 
 BUILDERS: dict[str, Callable[[ServeOptions], Built]] = {
-    "scheduler": lambda opts: Built(_scheduler(opts)),
+    "scheduler": lambda opts: Built(scheduler_for(opts)),
     "placer": lambda opts: Built(PlacerCore(opts.cluster)),
     "metrics": lambda opts: _metrics(MetricsCore(opts.cluster.total_gpus)),
     "injector": lambda opts: Built(InjectorCore(opts.jobs)),
@@ -107,11 +108,6 @@ def build_service(opts: ServeOptions) -> Built:
     if builder is None:
         raise ValueError(f"unknown service {opts.service!r}; one of {', '.join(SERVICES)}")
     return builder(opts)
-
-
-def build_scheduler_replica(opts: ServeOptions) -> SchedulerCore:
-    """A scheduler replica's core, built afresh each time it wins the lease."""
-    return _scheduler(opts)
 
 
 def _node(opts: ServeOptions) -> NodeSpec:

@@ -25,7 +25,7 @@ from typing import Any
 
 import nats.micro
 
-from loom.builders import Built, ServeOptions, build_scheduler_replica, build_service
+from loom.builders import Built, ServeOptions, build_service, scheduler_for
 from loom.versions import running_versions
 from services.metrics.prometheus import registry_for, serve_http
 from services.metrics.stream_usage import StreamWatch
@@ -131,7 +131,7 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
     leading: list[SchedulerCore] = []
 
     async def lead(term: int, valid: Callable[[], bool]) -> Term:
-        core = build_scheduler_replica(opts)
+        core = scheduler_for(opts)
         core.term = term
         bus = await NatsLiveBus.connect(opts.nats_url, service=core.name, now=clock.now,
                                         replicas=opts.stream_replicas, auth=opts.auth,

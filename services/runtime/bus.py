@@ -81,6 +81,10 @@ class Subscription:
     decoder: Decoder
     wants: Wants | None = None
 
+    def passes_over(self, env: Envelope) -> bool:
+        """Whether this subscriber does not want `env` (see `Bus.subscribe`)."""
+        return self.wants is not None and not self.wants(env)
+
 
 @dataclass
 class Routes:
@@ -143,7 +147,7 @@ class MemoryBus:
 
     async def _deliver(self, subs: list[Subscription], env: Envelope) -> None:
         for sub in subs:
-            if sub.wants is not None and not sub.wants(env):
+            if sub.passes_over(env):
                 continue
             self.stats.delivered += 1
             await sub.handler(env)
@@ -179,7 +183,7 @@ class MemoryBus:
                 )
                 await self.publish(subjects.deadletter(sub.durable), dl)
                 continue
-            if sub.wants is not None and not sub.wants(env):
+            if sub.passes_over(env):
                 continue
             self.stats.delivered += 1
             await sub.handler(env)

@@ -206,7 +206,7 @@ class NatsSimBus:
                     await self.publish(subjects.deadletter(sub.durable), dl)
                     continue
                 decoded[key] = env
-            if sub.wants is not None and not sub.wants(env):
+            if sub.passes_over(env):
                 continue
             self.stats.delivered += 1
             await sub.handler(env)

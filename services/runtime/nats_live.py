@@ -380,7 +380,7 @@ class NatsLiveBus:
             await self.flush()
             await msg.ack()
             return
-        if sub.wants is not None and not sub.wants(env):
+        if sub.passes_over(env):
             await msg.ack()  # nothing to do with it: as if handled
             return
         self.stats.delivered += 1

@@ -15,7 +15,6 @@ from services.scheduler.config import (
 )
 from services.scheduler.core import SchedulerCore
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
-from traces.distributions import load_size_distribution
 
 
 def build_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | None = None,
@@ -32,12 +31,9 @@ def build_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | 
     else:
         replan = "round" if round_s is not None else declared
         period = round_s or DEFAULT_ROUND_S
-    model = parse_overhead(overhead)
-    policy = policies.make_configured(policy_name, seed=seed, round_s=period, profile=profile,
-                                      overhead=model, load_job_sizes=load_size_distribution)
-    config = SchedulerConfig(replan=replan, round_s=period, overhead=model,
+    config = SchedulerConfig(replan=replan, round_s=period, overhead=parse_overhead(overhead),
                              placement=placement,  # type: ignore[arg-type]  # checked above
                              profile=profile, free_at_once=free_at_once, seed=seed,
                              liveness=liveness or LivenessConfig(), retry=retry or RetryPolicy(),
                              tenants=tenants)
-    return SchedulerCore(cluster, policy, config)
+    return SchedulerCore(cluster, config.make_policy(policy_name), config)

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 
 from numpy.typing import ArrayLike
 
+import policies
 from domain.overhead import OverheadModel, parse_overhead
 from domain.placement import SCHEMES, Scheme
-from policies.base import Replan
+from policies.base import Policy, Replan
 from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
@@ -36,6 +37,12 @@ class SchedulerConfig:
     tenants: TenantsConfig | None = None
     # Job-size samples by name, for policies that rank by one (Tiresias-Gittins).
     load_job_sizes: Callable[[str], ArrayLike] = load_size_distribution
+
+    def make_policy(self, name: str) -> Policy:
+        """The policy `name`, set up for this run: at start and on `set-policy`."""
+        return policies.make_configured(name, seed=self.seed, round_s=self.round_s,
+                                        profile=self.profile, overhead=self.overhead,
+                                        load_job_sizes=self.load_job_sizes)
 
     def __post_init__(self) -> None:
         if self.replan not in ("event", "round", "slot"):

@@ -28,7 +28,6 @@ from collections.abc import Callable, Hashable, Sequence
 from types import MappingProxyType
 from typing import Any
 
-import policies
 from domain import causes
 from domain.overhead import job_rates, progress_segments
 from domain.placement import CyclePlacement, Topology
@@ -199,10 +198,7 @@ class SchedulerCore(CoreDefaults):
 
     def switch_policy(self, name: str) -> None:
         """Hand every active job to a new policy (`set-policy`, or a rebuild that saw one)."""
-        config = self.config
-        policy = policies.make_configured(name, seed=config.seed, round_s=config.round_s,
-                                          profile=config.profile, overhead=config.overhead,
-                                          load_job_sizes=config.load_job_sizes)
+        policy = self.config.make_policy(name)
         for view in self.views.values():
             policy.job_added(view)
         self.policy = policy
