@@ -1,7 +1,8 @@
 """Placement of gangs onto switches → nodes → GPUs, one scheduling cycle at a time.
 
-`CyclePlacement` starts from an empty cluster and places jobs in the order the policy walks
-them, all-or-nothing. Two schemes:
+`CyclePlacement` starts every cycle from an empty cluster (running jobs' GPUs held for them)
+and places jobs in the order the policy walks them, all-or-nothing. It lasts across cycles, so a
+cycle costs what it places rather than the cluster's size. The schemes:
 
 - `consolidated` (Muri/Tiresias "yarn"): a job that fits in one node gets one node; a bigger job
   gets whole free nodes plus one node for the remainder, all under one switch.
@@ -27,14 +28,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from sortedcontainers import SortedList
 
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 
 Scheme = Literal["consolidated", "count", "yarn", "buddy"]
 SCHEMES: tuple[Scheme, ...] = ("consolidated", "count", "yarn", "buddy")
+INDEX_FROM = 32  # nodes in a pool from which an index beats scanning them
 
 
 @functools.cache
@@ -78,6 +82,8 @@ class _Node:
     held: int  # held by a running job not yet re-placed this cycle
     gpu_type: str
     nvlink: tuple[int, ...] = ()  # per GPU: mask of its NVLink peers (empty: unknown)
+    pos: int = 0  # in cluster order
+    holders: dict[str, int] = field(default_factory=dict)  # running job → its GPUs' mask
 
     @property
     def n_free(self) -> int:
@@ -118,6 +124,58 @@ class _Node:
         return picked
 
 
+class _FreeIndex:
+    """A pool's nodes filed by (free GPUs, free GPUs no running job holds), each file in
+    cluster order, so the tightest (or first) node with room for a gang is found by looking at
+    a few files rather than every node. Answers exactly as a scan in cluster order would."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        self._top = max((n.size for n in nodes), default=0)
+        self._files: dict[tuple[int, int], SortedList] = {}
+        self._at: dict[int, tuple[int, int]] = {}
+        for node in nodes:
+            self.update(node)
+
+    def update(self, node: _Node) -> None:
+        free = node.free.bit_count()
+        key = (free, (node.free & ~node.held).bit_count())
+        old = self._at.get(node.pos)
+        if old == key:
+            return
+        if old is not None:
+            self._files[old].remove(node.pos)
+        self._at[node.pos] = key
+        file = self._files.get(key)
+        if file is None:
+            file = self._files[key] = SortedList()
+        file.add(node.pos)
+
+    def tightest(self, gpus: int, displace: bool) -> int | None:
+        """The first node, in cluster order, of those with the fewest free GPUs among those
+        where `gpus` fit (counting held GPUs only with `displace`)."""
+        for free in range(gpus, self._top + 1):
+            best: int | None = None
+            for unheld in range(0 if displace else gpus, free + 1):
+                file = self._files.get((free, unheld))
+                if file and (best is None or file[0] < best):
+                    best = file[0]
+            if best is not None:
+                return best
+        return None
+
+    def first(self, gpus: int, displace: bool) -> int | None:
+        """The first node, in cluster order, where `gpus` fit."""
+        best: int | None = None
+        for (free, unheld), file in self._files.items():
+            if file and (free if displace else unheld) >= gpus and (
+                    best is None or file[0] < best):
+                best = file[0]
+        return best
+
+    def largest(self) -> int:
+        return max((free for (free, _), file in self._files.items() if file), default=0)
+
+
 class Topology:
     """What does not change between cycles: node sizes, switches, and placements as bitmasks.
 
@@ -137,6 +195,7 @@ class Topology:
         self.switch_groups = list(groups.values())
         # NVLink peers per GPU, per node, as node agents report them (`learn_links`).
         self.nvlink: dict[str, tuple[int, ...]] = {}
+        self.links_learned = 0  # how many times links were learned (placements refresh theirs)
         sizes = {n.gpus for n in cluster.nodes if n.gpus}
         self.uniform = len(sizes) <= 1
         self.total_gpus = cluster.total_gpus
@@ -153,6 +212,7 @@ class Topology:
                 peers[a] |= 1 << b
                 peers[b] |= 1 << a
         self.nvlink[node_id] = tuple(peers) if any(peers) else ()
+        self.links_learned += 1
 
     def masks(self, slots: GpuSlots) -> tuple[tuple[int, int], ...] | None:
         """(node index, GPU mask) per node of a placement; None if it names missing GPUs."""
@@ -173,7 +233,13 @@ class Topology:
 
 
 class CyclePlacement:
-    """Free-GPU state of one cycle; `try_place` reserves a gang or returns None."""
+    """Free-GPU state of one cycle; `try_place` reserves a gang or returns None.
+
+    It lasts across cycles: between cycles the scheduler tells it which jobs now run where
+    (`bind`, `release`), and `next_cycle` starts the next one, resetting only the nodes the last
+    cycle or the bindings touched. A cycle therefore costs what it places, not the cluster's
+    size; built with `previous` it is the first cycle after those bindings.
+    """
 
     def __init__(
         self,
@@ -181,54 +247,121 @@ class CyclePlacement:
         scheme: Scheme = "consolidated",
         previous: Mapping[str, GpuSlots] | None = None,
         cordoned: Collection[str] = (),
+        *,
+        index_from: int = INDEX_FROM,
     ) -> None:
         if scheme not in SCHEMES:
             raise ValueError(f"unknown placement scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         topo = cluster if isinstance(cluster, Topology) else Topology(cluster)
         self.scheme = scheme
-        if scheme == "yarn":
-            previous = None  # re-pack from scratch: nothing is kept, nothing is held
+        self._topo = topo
         self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0, gpu_type,
-                                     topo.nvlink.get(nid, ()))
-                               for nid, sw, size, gpu_type in topo.nodes]
+                                     topo.nvlink.get(nid, ()), pos)
+                               for pos, (nid, sw, size, gpu_type) in enumerate(topo.nodes)]
+        self._links_seen = topo.links_learned
         self._switches = [[nodes[i] for i in group] for group in topo.switch_groups]
-        self.free_gpus = topo.total_gpus
         self._type_of = topo.type_of
-        self._free_by_type = dict(topo.cluster.gpus_by_type)
+        types = topo.cluster.gpus_by_type
         # Per GPU type: its nodes and its part of each switch (heterogeneous clusters only).
         self._pools: dict[str | None, tuple[list[_Node], list[list[_Node]]]] = {}
-        if len(self._free_by_type) > 1:
-            for t in self._free_by_type:
+        if len(types) > 1:
+            for t in types:
                 sw = [[n for n in group if n.gpu_type == t] for group in self._switches]
                 self._pools[t] = ([n for n in nodes if n.gpu_type == t], [g for g in sw if g])
-        self._previous = previous or {}
-        # Each running job's GPUs as (node, mask), or None if they no longer exist.
-        self._held: dict[str, list[tuple[_Node, int]] | None] = {}
-        for job_id, slots in self._previous.items():
-            masks = topo.masks(slots)
-            if masks is None:
-                self._held[job_id] = None
-                continue
-            held = []
-            for i, m in masks:
-                nodes[i].held |= m
-                held.append((nodes[i], m))
-            self._held[job_id] = held
-        self.placed: dict[str, GpuSlots] = {}
+        # Big pools are searched through an index; small ones are scanned (cheaper there).
+        self._indexes: dict[str | None, _FreeIndex] = {}
+        if len(nodes) >= index_from:
+            self._indexes[None] = _FreeIndex(nodes)
+        for pool, (members, _) in self._pools.items():
+            if len(members) >= index_from:
+                self._indexes[pool] = _FreeIndex(members)
+        # Running jobs' GPUs, as bound between cycles (None: GPUs that no longer exist).
+        self._bound: dict[str, GpuSlots] = {}
+        self._bound_at: dict[str, list[tuple[_Node, int]] | None] = {}
+        self._dirty: dict[int, _Node] = {}  # nodes to reset before the next cycle
         # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
         # not either), which lets policies skip ahead; mixed node sizes break that.
         # Buddy blocks mixed with consolidated odd sizes promise no such order.
         self.monotone = topo.uniform and scheme != "buddy"
+        for job_id, slots in (previous or {}).items():
+            self.bind(job_id, slots)
+        self.next_cycle(cordoned)
+
+    # -- between cycles ----------------------------------------------------------------------
+    def bind(self, job_id: str, slots: GpuSlots) -> None:
+        """`job_id` runs on `slots` from now on: held for it, and kept if it can be, next cycle
+        (yarn re-packs every cycle, so it holds nothing)."""
+        if self.scheme == "yarn":
+            return
+        self.release(job_id)
+        masks = self._topo.masks(slots)
+        self._bound[job_id] = slots
+        if masks is None:
+            self._bound_at[job_id] = None
+            return
+        at = []
+        for i, m in masks:
+            node = self._nodes[i]
+            node.holders[job_id] = m
+            self._dirty[i] = node
+            at.append((node, m))
+        self._bound_at[job_id] = at
+
+    def release(self, job_id: str) -> None:
+        """`job_id` no longer runs (stopped, finished, moved)."""
+        if self._bound.pop(job_id, None) is None:
+            return
+        for node, _ in self._bound_at.pop(job_id) or ():
+            del node.holders[job_id]
+            self._dirty[node.pos] = node
+
+    def next_cycle(self, cordoned: Collection[str] = ()) -> None:
+        """Start a cycle: every GPU free, running jobs' GPUs held until they are re-placed;
+        `cordoned` nodes (drained or lost) take nothing new."""
+        topo = self._topo
+        if self._links_seen != topo.links_learned:
+            self._links_seen = topo.links_learned
+            for node in self._nodes:
+                node.nvlink = topo.nvlink.get(node.node_id, ())
+        for node in self._dirty.values():
+            node.free = (1 << node.size) - 1
+            held = 0
+            for m in node.holders.values():
+                held |= m
+            node.held = held
+            self._reindex(node)
+        self._dirty = {}
+        self._kept: set[str] = set()  # running jobs re-placed (or not) this cycle
+        self.placed: dict[str, GpuSlots] = {}
+        self.free_gpus = topo.total_gpus
+        self._free_by_type = dict(topo.cluster.gpus_by_type)
         # Drained nodes (`loom drain`): jobs running there keep their GPUs, nothing new lands.
         self.cordoned = frozenset(cordoned)
-        for node in nodes:
-            if node.node_id in self.cordoned:
+        for node_id in self.cordoned:
+            i = topo.index.get(node_id)
+            if i is not None:
+                node = self._nodes[i]
                 idle = node.unheld_free()
                 self.free_gpus -= idle
                 self._free_by_type[node.gpu_type] -= idle
 
+    def _reindex(self, node: _Node) -> None:
+        if self._indexes:
+            for key in (None, node.gpu_type):
+                index = self._indexes.get(key)
+                if index is not None:
+                    index.update(node)
+
+    def _moved(self, node: _Node) -> None:
+        """A node's GPUs changed this cycle: reset it before the next, re-file it now."""
+        self._dirty[node.pos] = node
+        self._reindex(node)
+
     # -- queries used for "why is my job pending" ------------------------------------------
     def largest_block(self) -> int:
+        index = self._indexes.get(None)
+        if index is not None:
+            return index.largest()
         return max((n.n_free for n in self._nodes), default=0)
 
     def explain(self, gpus: int) -> str:
@@ -252,6 +385,7 @@ class CyclePlacement:
         if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
             return None
         nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches))
+        index = self._indexes.get(gpu_type)
         # A running job keeps its GPUs even on a drained node; new placements avoid those.
         slots = self._keep(job_id, gpus, gpu_type, within)
         allowed = within
@@ -260,6 +394,7 @@ class CyclePlacement:
                        and (within is None or n.node_id in within)}
         if allowed is not None:
             # A policy that partitions the cluster itself (Gandiva's node sets), or a drain.
+            index = None
             nodes = [n for n in nodes if n.node_id in allowed]
             switches = [kept for group in switches
                         if (kept := [n for n in group if n.node_id in allowed])]
@@ -270,7 +405,7 @@ class CyclePlacement:
             if self.scheme == "buddy" and gpus & (gpus - 1) == 0:
                 slots = self._buddy(switches, gpus, displace)
                 continue
-            slots = self._consolidated(nodes, switches, gpus, displace)
+            slots = self._consolidated(nodes, switches, gpus, displace, index)
             if slots is None and self.scheme == "count":
                 slots = self._spread(nodes, switches, gpus, displace)
         if slots is not None:
@@ -278,18 +413,21 @@ class CyclePlacement:
             self.placed[job_id] = slots
             for node_id, taken in slots:
                 self._free_by_type[self._type_of[node_id]] -= len(taken)
+                self._moved(self._nodes[self._topo.index[node_id]])
         return slots
 
     def _keep(self, job_id: str, gpus: int, gpu_type: str | None,
               within: Collection[str] | None = None) -> GpuSlots | None:
         """Give a running job back its own GPUs if they are all still free (and allowed)."""
-        if job_id not in self._held:
+        if job_id not in self._bound or job_id in self._kept:
             return None
-        held = self._held.pop(job_id)
+        self._kept.add(job_id)
+        held = self._bound_at[job_id]
         if held is None:
             return None
         for node, m in held:
             node.held &= ~m  # no longer reserved for it, whatever happens next
+            self._moved(node)
         count = 0
         for node, m in held:
             if node.free & m != m or (gpu_type is not None and node.gpu_type != gpu_type):
@@ -301,19 +439,24 @@ class CyclePlacement:
             return None
         for node, m in held:
             node.free &= ~m
-        return self._previous[job_id]
+        return self._bound[job_id]
 
     def _consolidated(self, nodes: list[_Node], switches: list[list[_Node]], gpus: int,
-                      displace: bool) -> GpuSlots | None:
+                      displace: bool, index: _FreeIndex | None) -> GpuSlots | None:
         """One node if a node of the switch is big enough, else whole nodes + a remainder."""
-        if displace:
-            fits = [n for n in nodes if n.size >= gpus and n.free.bit_count() >= gpus]
+        if index is not None:
+            pos = (index.first if self.scheme == "yarn" else index.tightest)(gpus, displace)
+            best = None if pos is None else self._nodes[pos]
         else:
-            fits = [n for n in nodes
-                    if n.size >= gpus and (n.free & ~n.held).bit_count() >= gpus]
-        if fits:
+            if displace:
+                fits = [n for n in nodes if n.size >= gpus and n.free.bit_count() >= gpus]
+            else:
+                fits = [n for n in nodes
+                        if n.size >= gpus and (n.free & ~n.held).bit_count() >= gpus]
             # tightest fit; yarn: first fit in node order
-            best = fits[0] if self.scheme == "yarn" else min(fits, key=lambda n: n.n_free)
+            best = (None if not fits else fits[0] if self.scheme == "yarn"
+                    else min(fits, key=lambda n: n.n_free))
+        if best is not None:
             return ((best.node_id, best.take(gpus)),)
         for members in switches:
             if all(n.size < gpus for n in members):

@@ -89,7 +89,7 @@ class ClusterSpec(BaseModel):
         label = ":".join(str(c) for c in gpus_by_type.values())
         return cls(name=name or f"{label}", nodes=tuple(nodes))
 
-    @property
+    @cached_property
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 

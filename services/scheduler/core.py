@@ -2,7 +2,7 @@
 
 A cycle runs after every input at its instant (lower priority). It announces itself
 (`CycleStarted`, so node agents close their accounting), hands the policy a frozen snapshot and
-a fresh placement state, then publishes what changed (`PlanDecided`) and one `JobTransition` per
+the placement state (kept across cycles, told what started, stopped or moved since), then publishes what changed (`PlanDecided`) and one `JobTransition` per
 job that moved.
 
 Progress of running jobs is an estimate between reports, with the same estimator the node
@@ -89,6 +89,7 @@ class SchedulerCore(CoreDefaults):
         self._last_cycle_at: float | None = None
         self._trigger = "start"
         self.last_plan: Plan | None = None
+        self._fit: CyclePlacement | None = None  # kept across cycles (see `_placement`)
         self.tenancy: TenantGate | None = None  # the last cycle's admission step, with tenants
         self.drained: set[str] = set()  # nodes that take no new work
         self.faults = NodeFaults(config.liveness, config.retry)  # lost nodes, failed trainers
@@ -185,7 +186,7 @@ class SchedulerCore(CoreDefaults):
         rec.attained_s += now - rec.accounted_at
         rec.accounted_at = now
         rec.ended_at = now
-        del self.jobs.running[rec.spec.job_id]
+        self.jobs.clear_running(rec.spec.job_id)
         self.hide(rec.spec.job_id)
 
     def plan_out(self, stops: Sequence[Stop] = (), launches: Sequence[Launch] = (),
@@ -211,12 +212,13 @@ class SchedulerCore(CoreDefaults):
         active job not suspended goes to the policy in admission order, and a cycle is
         requested if there is anything to schedule (an empty cycle would still count, and a
         live log replayed from its first submission would number its cycles one short)."""
+        self._fit = None  # placements as the rebuilt table has them, from scratch
         for jid, rec in sorted(self.jobs.items(), key=lambda kv: kv[1].admitted):
             if rec.state is None or rec.state.terminal:
                 continue
             if rec.state is JobState.RUNNING:
                 at, group = launched.get(jid, (now, ()))
-                self.jobs.running[jid] = rec
+                self.jobs.set_running(rec)
                 self.estimate_launch(rec, rec.placement, group, at)
             if jid not in self.jobs.held:
                 self.show(rec)
@@ -282,11 +284,7 @@ class SchedulerCore(CoreDefaults):
             jobs=MappingProxyType(self.views),
             running=tuple(running_views),
         )
-        previous = {jid: rec.placement for jid, rec in self.jobs.running.items()}
-        scheme = self.config.placement or self.policy.placement
-        # A lost node is cordoned like a drained one (its jobs have already been requeued).
-        cordoned = self.drained | self.faults.lost if self.faults.lost else self.drained
-        fit = CyclePlacement(self.topology, scheme, previous, cordoned=cordoned)
+        fit = self._placement()
         if self.config.tenants is not None:
             self.tenancy = TenantGate(fit, snap, self.config.tenants)
             plan = self.policy.plan(snap, self.tenancy)
@@ -294,6 +292,27 @@ class SchedulerCore(CoreDefaults):
             plan = self.policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)
+
+    def _placement(self) -> CyclePlacement:
+        """This cycle's placement state: the last cycle's, told which jobs started, stopped or
+        moved since (a new one when the scheme changed)."""
+        scheme = self.config.placement or self.policy.placement
+        # A lost node is cordoned like a drained one (its jobs have already been requeued).
+        cordoned = self.drained | self.faults.lost if self.faults.lost else self.drained
+        moves = self.jobs.take_moves()
+        fit = self._fit
+        if fit is None or fit.scheme != scheme:
+            previous = {jid: rec.placement for jid, rec in self.jobs.running.items()}
+            fit = self._fit = CyclePlacement(self.topology, scheme, previous, cordoned=cordoned)
+            return fit
+        for jid in moves:
+            rec = self.jobs.running.get(jid)
+            if rec is None:
+                fit.release(jid)
+            else:
+                fit.bind(jid, rec.placement)
+        fit.next_cycle(cordoned)
+        return fit
 
     def advance(self, rec: JobRecord, now: float, lost_s: float) -> None:
         """Bring a running job's estimated progress and attained time up to `now`, as its
@@ -320,7 +339,7 @@ class SchedulerCore(CoreDefaults):
             transitions.append(self.transition(rec, JobState.REJECTED, causes.rejected(reason),
                                                now))
         for jid in [j for j in running if j not in plan.run]:
-            rec = running.pop(jid)
+            rec = self.jobs.clear_running(jid)
             rec.preemptions += 1
             rec.unplace()
             stops.append(Stop(job_id=jid, reason="preempted"))
@@ -339,7 +358,7 @@ class SchedulerCore(CoreDefaults):
                 cause = causes.RESUMED if rec.state is JobState.PREEMPTED else causes.STARTED
                 if rec.started_at is None:
                     rec.started_at = now
-                running[jid] = rec
+                self.jobs.set_running(rec)
             self.estimate_launch(rec, slots, group, now)
             rec.launched_by, rec.unseen, rec.confirmed = (self.term, self.cycle), 0, False
             launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
@@ -370,6 +389,7 @@ class SchedulerCore(CoreDefaults):
         it (see module docstring); also used when a recovering scheduler rebuilds its state."""
         model = self.config.overhead
         rec.place(slots)
+        self.jobs.moved(rec.spec.job_id)
         rec.group = group
         rec.accounted_at = now
         rec.reported = rec.iterations_done

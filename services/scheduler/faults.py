@@ -105,7 +105,7 @@ def requeue_node(core: SchedulerCore, node: str, why: str, now: float) -> list[E
     transitions: list[Effect] = []
     for rec in hit:
         jid = rec.spec.job_id
-        del core.jobs.running[jid]
+        core.jobs.clear_running(jid)
         rec.attained_s += now - rec.accounted_at
         rec.accounted_at = now
         rec.iterations_done = rec.reported  # its last checkpoint, as far as we know

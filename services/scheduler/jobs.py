@@ -82,7 +82,8 @@ class JobTable(Mapping[str, JobRecord]):
 
     def __init__(self) -> None:
         self._records: dict[str, JobRecord] = {}
-        self.running: dict[str, JobRecord] = {}
+        self.running: dict[str, JobRecord] = {}  # change it through the methods below
+        self._moves: set[str] = set()  # jobs that started, stopped or moved since asked
         self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
         self._waiting: Counter[str] = Counter()  # queued or preempted jobs, by tenant
 
@@ -104,6 +105,24 @@ class JobTable(Mapping[str, JobRecord]):
                         status=status)
         self._records[spec.job_id] = rec
         return rec
+
+    def set_running(self, rec: JobRecord) -> None:
+        self.running[rec.spec.job_id] = rec
+        self._moves.add(rec.spec.job_id)
+
+    def clear_running(self, job_id: str) -> JobRecord:
+        self._moves.add(job_id)
+        return self.running.pop(job_id)
+
+    def moved(self, job_id: str) -> None:
+        """A running job was placed anew (launched or migrated)."""
+        self._moves.add(job_id)
+
+    def take_moves(self) -> set[str]:
+        """The jobs that started, stopped or moved since the last call (the placement state
+        kept across cycles is updated with these)."""
+        moves, self._moves = self._moves, set()
+        return moves
 
     def running_in_order(self) -> list[JobRecord]:
         return sorted(self.running.values(), key=admission_order)

@@ -69,7 +69,7 @@ def _take_off(core: SchedulerCore, rec: JobRecord, why: str, now: float) -> list
     if jid not in core.jobs.running:
         return []
     core.advance(rec, now, 0.0)  # the node reports the exact figure when it stops
-    del core.jobs.running[jid]
+    core.jobs.clear_running(jid)
     rec.unplace()
     effects: list[Effect] = [core.plan_out(stops=[Stop(job_id=jid, reason=why)])]
     if why == "suspend":

@@ -1,0 +1,105 @@
+"""A CyclePlacement kept across cycles (bind, release, next_cycle) and searched through its
+index places exactly as a fresh, scanned one of the same running jobs (domain/placement.py).
+
+The reference for every cycle is `CyclePlacement(cluster, scheme, previous=<running jobs>)`
+built from scratch and scanning every node (an index only from more nodes than any cluster here
+has); the subject is one CyclePlacement for the whole run, indexed from the first node.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from domain.placement import SCHEMES, CyclePlacement, Topology
+from schemas.cluster import ClusterSpec, NodeSpec
+from schemas.events import GpuSlots
+
+NEVER = 10**9  # index_from for the scanned reference
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> ClusterSpec:
+    switches = draw(st.integers(1, 3))
+    per_switch = draw(st.integers(1, 4))
+    mixed_sizes = draw(st.booleans())
+    types = draw(st.sampled_from([("A",), ("A", "B")]))
+    nodes = []
+    for s in range(switches):
+        for k in range(per_switch):
+            size = draw(st.sampled_from([2, 4, 8])) if mixed_sizes else 4
+            nodes.append(NodeSpec(node_id=f"s{s}n{k}", switch_id=f"sw{s}", gpus=size,
+                                  gpu_type=draw(st.sampled_from(types))))
+    return ClusterSpec(name="c", nodes=tuple(nodes))
+
+
+# One cycle: jobs (of 8) asking, in this order, for GPUs (0: as many as it runs on, if it
+# runs), of a type or any, and whether it then runs on (bound) into the next cycle.
+cycle_ops = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12),
+                               st.sampled_from([None, "A", "B"]), st.booleans()),
+                     min_size=1, max_size=14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cl=clusters(), scheme=st.sampled_from(SCHEMES),
+       cycles=st.lists(cycle_ops, min_size=1, max_size=6),
+       cordon=st.lists(st.integers(0, 11), max_size=2))
+def test_kept_and_indexed_places_as_a_fresh_scan(
+        cl: ClusterSpec, scheme: str, cycles: list[list[tuple[int, int, str | None, bool]]],
+        cordon: list[int]) -> None:
+    topo = Topology(cl)
+    cordoned = {cl.nodes[i % len(cl.nodes)].node_id for i in cordon}
+    kept = CyclePlacement(topo, scheme, cordoned=cordoned, index_from=1)  # type: ignore[arg-type]
+    running: dict[str, GpuSlots] = {}
+    for n, ops in enumerate(cycles):
+        fresh = CyclePlacement(topo, scheme, dict(running), cordoned=cordoned,  # type: ignore[arg-type]
+                               index_from=NEVER)
+        if n:
+            kept.next_cycle(cordoned)
+        assert (kept.free_gpus, kept.largest_block()) == (fresh.free_gpus, fresh.largest_block())
+        after: dict[str, GpuSlots] = {}
+        for slot, gpus, gpu_type, stays in ops:
+            job = f"j{slot}"
+            if gpus == 0:
+                gpus = sum(len(g) for _, g in running.get(job, ())) or 1
+            got = kept.try_place(job, gpus, gpu_type)
+            assert got == fresh.try_place(job, gpus, gpu_type), (job, gpus, gpu_type)
+            assert kept.free_gpus == fresh.free_gpus
+            assert kept.free_of("A") == fresh.free_of("A")
+            if got is not None and stays:
+                after[job] = got
+        # Between cycles: the jobs that stopped are released, those that run (again) bound.
+        for job in set(running) - set(after):
+            kept.release(job)
+        for job, slots in after.items():
+            kept.bind(job, slots)
+        running = after
+
+
+def test_a_job_bound_twice_holds_only_its_last_gpus() -> None:
+    cl = ClusterSpec.uniform(1, 2, 4)
+    fit = CyclePlacement(cl, index_from=1)
+    fit.bind("a", (("n0", (0, 1)),))
+    fit.bind("a", (("n1", (0, 1)),))
+    fit.next_cycle()
+    # n0 is wholly unheld again: a 4-GPU job takes it without displacing anyone.
+    assert fit.try_place("b", 4) == (("n0", (0, 1, 2, 3)),)
+    assert fit.try_place("a", 2) == (("n1", (0, 1)),)
+
+
+def test_a_released_job_leaves_its_gpus_unheld() -> None:
+    cl = ClusterSpec.uniform(1, 1, 4)
+    fit = CyclePlacement(cl, previous={"a": (("n0", (2, 3)),)})
+    fit.release("a")
+    fit.next_cycle()
+    assert fit.try_place("b", 2) == (("n0", (0, 1)),)
+    assert fit.try_place("a", 2) == (("n0", (2, 3)),)  # as a new job: not kept, just free
+
+
+def test_links_learned_after_the_first_cycle_are_used_by_the_next() -> None:
+    cl = ClusterSpec.uniform(1, 1, 4)
+    topo = Topology(cl)
+    fit = CyclePlacement(topo)
+    topo.learn_links("n0", [(0, 2), (1, 3)])
+    fit.next_cycle()
+    assert fit.try_place("a", 2) == (("n0", (0, 2)),)
