@@ -2,8 +2,8 @@
 
 A cycle runs after every input at its instant (lower priority). It announces itself
 (`CycleStarted`, so node agents close their accounting), hands the policy a frozen snapshot and
-the placement state (kept across cycles, told what started, stopped or moved since), then publishes what changed (`PlanDecided`) and one `JobTransition` per
-job that moved.
+the placement state (kept across cycles, told what started, stopped or moved since), then
+publishes what changed (`PlanDecided`) and one `JobTransition` per job that moved.
 
 Progress of running jobs is an estimate between reports, with the same estimator the node
 agents account with (`domain.progress.RunProgress`); any report from a node (a stop, a finish,
