@@ -31,6 +31,7 @@ from schemas.events import (
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.gate import CommandGate
+from services.runtime.bus import Interest
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 from services.runtime.logging import get_logger
 from services.runtime.service import CoreDefaults, Recorded, Subscribe
@@ -61,6 +62,7 @@ class SimNodeCore(CoreDefaults):
         self.overhead = overhead
         self.jobs: dict[str, _Run] = {}
         self._charged: set[str] = set()  # jobs it leads that every cycle costs time
+        self._cycles = Interest()  # on while `_charged` is not empty
         self.gate = CommandGate()  # re-delivered and deposed-leader commands change nothing
 
     def _on(self, kind: str) -> str:
@@ -73,12 +75,17 @@ class SimNodeCore(CoreDefaults):
         # cycle changes nothing here, and a 100-node cluster is spared 100 deliveries a cycle.
         if not self.overhead.charges_per_event:
             return (commands,)
-        return (commands, Subscribe(subjects.CYCLE_STARTED, wants=self._charged_by_cycles))
+        return (commands, Subscribe(subjects.CYCLE_STARTED, wants=self._cycles))
 
-    def _charged_by_cycles(self, env: Envelope) -> bool:
-        """Whether a cycle costs any run here time (`_on_cycle` would change something): a
-        node with none is passed over, so a cycle costs the nodes that run jobs, not all."""
-        return bool(self._charged)
+    def _charge(self, job_id: str, charged: bool) -> None:
+        """Whether cycles cost `job_id`'s run time; the node wants cycles (`_on_cycle` would
+        change something) only while some run is so charged, so a cycle costs the nodes that
+        run jobs, not all."""
+        if charged:
+            self._charged.add(job_id)
+        else:
+            self._charged.discard(job_id)
+        self._cycles.set(bool(self._charged))
 
     def history_subjects(self) -> Sequence[str]:
         node = self.node.node_id
@@ -130,7 +137,7 @@ class SimNodeCore(CoreDefaults):
 
     def _drop(self, job_id: str) -> _Run | None:
         """Forget a run (stopped, finished): off this node and off the cycles' charge."""
-        self._charged.discard(job_id)
+        self._charge(job_id, False)
         return self.jobs.pop(job_id, None)
 
     def _on_cycle(self, now: float) -> list[Effect]:
@@ -163,7 +170,7 @@ class SimNodeCore(CoreDefaults):
                     run.spec, members, self.overhead, self.node.gpu_type, self.profile,
                     gpu_count(launch.placement))
                 if run.progress.per_event_s:
-                    self._charged.add(launch.job_id)
+                    self._charge(launch.job_id, True)
                 effects.append(run.finish_timer(now))
         return effects
 
@@ -182,5 +189,5 @@ class SimNodeCore(CoreDefaults):
                                        launch.iterations_done) if leader else None,
         ))
         self.jobs[spec.job_id] = run
-        self._charged.discard(spec.job_id)  # until its rates say otherwise
+        self._charge(spec.job_id, False)  # until its rates say otherwise
         return run

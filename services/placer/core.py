@@ -57,8 +57,8 @@ class PlacerCore(CoreDefaults):
     def __init__(self, cluster: ClusterSpec) -> None:
         self.cluster = cluster
         self._size = {n.node_id: n.gpus for n in cluster.nodes}
-        self._order = [n.node_id for n in cluster.nodes]
-        self._held: dict[str, dict[str, int]] = {n: {} for n in self._order}  # node → job → mask
+        self._rank = {n.node_id: i for i, n in enumerate(cluster.nodes)}  # command order
+        self._held: dict[str, dict[str, int]] = {n: {} for n in self._rank}  # node → job → mask
         self.bound: dict[str, GpuSlots] = {}
         self.term = 0  # the newest scheduler term seen: older plans are refused (fencing)
         self._applied: dict[str, None] = {}  # event ids of the latest plans bound, in order
@@ -188,7 +188,7 @@ class PlacerCore(CoreDefaults):
         term: int,
     ) -> list[Effect]:
         out: list[Effect] = []
-        for node in self._order:
+        for node in sorted(stops.keys() | launches.keys(), key=self._rank.__getitem__):
             s, lch = stops.get(node), launches.get(node)
             if s or lch:
                 out.append(Publish(subjects.node_command(node), NodeCommand(

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
+from sortedcontainers import SortedDict
+
 from schemas import subjects
 from schemas.codec import CodecError, decode, decode_submission
 from schemas.events import DeadLetter, Envelope, envelope
@@ -25,6 +27,34 @@ Handler = Callable[[Envelope], Awaitable[None]]
 # Whether a subscriber wants an envelope at all: a cheap check the bus makes before delivering
 # (a simulated node with nothing to account passes a cycle over).
 Wants = Callable[[Envelope], bool]
+
+
+class Interest:
+    """A `Wants` that is a switch its subscriber flips as it comes to want, or stops wanting,
+    what its subject carries. A bus in this process keeps only the subscribers whose switch is
+    on, so a subscriber that is off costs nothing per message (a cycle reaches the nodes that
+    run jobs, not all ten thousand)."""
+
+    __slots__ = ("_watchers", "on")
+
+    def __init__(self, on: bool = False) -> None:
+        self.on = on
+        self._watchers: list[Callable[[bool], None]] = []
+
+    def __call__(self, env: Envelope) -> bool:
+        return self.on
+
+    def set(self, on: bool) -> None:
+        if on is not self.on:
+            self.on = on
+            for watcher in self._watchers:
+                watcher(on)
+
+    def watch(self, watcher: Callable[[bool], None]) -> None:
+        self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Callable[[bool], None]) -> None:
+        self._watchers.remove(watcher)
 
 
 MSG_ID = "Nats-Msg-Id"  # the NATS header JetStream de-duplicates by: Loom's event id
@@ -86,21 +116,61 @@ class Subscription:
         return self.wants is not None and not self.wants(env)
 
 
+class Route:
+    """The subscriptions one subject reaches, in subscription order; one whose `wants` is an
+    `Interest` only while that is on (the rest check their `wants` at delivery)."""
+
+    def __init__(self, subs: list[Subscription]) -> None:
+        self.subs = subs
+        self._watching: list[tuple[Interest, Callable[[bool], None]]] = []
+        gated = [(i, s.wants) for i, s in enumerate(subs) if isinstance(s.wants, Interest)]
+        if not gated:
+            self._open: SortedDict | None = None
+            return
+        self._open = SortedDict({i: s for i, s in enumerate(subs)
+                                 if not isinstance(s.wants, Interest) or s.wants.on})
+        for i, interest in gated:
+            watcher = partial(self._flip, i)
+            interest.watch(watcher)
+            self._watching.append((interest, watcher))
+
+    def __bool__(self) -> bool:
+        return bool(self.subs)
+
+    def targets(self) -> list[Subscription]:
+        """Who may want a message now, in subscription order."""
+        return self.subs if self._open is None else list(self._open.values())
+
+    def _flip(self, i: int, on: bool) -> None:
+        assert self._open is not None
+        if on:
+            self._open[i] = self.subs[i]
+        else:
+            self._open.pop(i, None)
+
+    def close(self) -> None:
+        for interest, watcher in self._watching:
+            interest.unwatch(watcher)
+        self._watching = []
+
+
 @dataclass
 class Routes:
-    """Subject → subscriptions, cached: a run uses a handful of subjects millions of times."""
+    """Subject → route, cached: a run uses a handful of subjects millions of times."""
 
     subs: list[Subscription] = field(default_factory=list)
-    cache: dict[str, list[Subscription]] = field(default_factory=dict)
+    cache: dict[str, Route] = field(default_factory=dict)
 
     def add(self, sub: Subscription) -> None:
         self.subs.append(sub)
+        for route in self.cache.values():
+            route.close()
         self.cache.clear()
 
-    def match(self, subject: str) -> list[Subscription]:
+    def match(self, subject: str) -> Route:
         hit = self.cache.get(subject)
         if hit is None:
-            hit = [s for s in self.subs if subjects.matches(s.pattern, subject)]
+            hit = Route([s for s in self.subs if subjects.matches(s.pattern, subject)])
             self.cache[subject] = hit
         return hit
 
@@ -140,13 +210,13 @@ class MemoryBus:
             return False
         self._seen.add(env.event_id)
         self.stats.published += 1
-        subs = self._routes.match(subject)
-        if subs:
-            self.kernel.push(self.kernel.now, PRIORITY_INPUT, partial(self._deliver, subs, env))
+        route = self._routes.match(subject)
+        if route:
+            self.kernel.push(self.kernel.now, PRIORITY_INPUT, partial(self._deliver, route, env))
         return True
 
-    async def _deliver(self, subs: list[Subscription], env: Envelope) -> None:
-        for sub in subs:
+    async def _deliver(self, route: Route, env: Envelope) -> None:
+        for sub in route.targets():
             if sub.passes_over(env):
                 continue
             self.stats.delivered += 1
@@ -160,19 +230,19 @@ class MemoryBus:
             self._seen.add(msg_id)
         self.stats.published += 1
         fallback = fallback_id(msg_id, self.stats.published)
-        subs = self._routes.match(subject)
-        if subs:
+        route = self._routes.match(subject)
+        if route:
             self.kernel.schedule(
                 self.kernel.now,
                 PRIORITY_INPUT,
-                lambda: self._deliver_raw(subs, subject, payload, fallback),
+                lambda: self._deliver_raw(route, subject, payload, fallback),
             )
         return True
 
     async def _deliver_raw(
-        self, subs: list[Subscription], subject: str, payload: bytes, fallback: str
+        self, route: Route, subject: str, payload: bytes, fallback: str
     ) -> None:
-        for sub in subs:
+        for sub in route.targets():
             try:
                 env = sub.decoder(payload, fallback_id=fallback, now=self.kernel.now)
             except Exception as exc:  # any undecodable payload is dead-lettered, never fatal

@@ -33,6 +33,7 @@ from services.runtime.bus import (
     BusStats,
     Decoder,
     Handler,
+    Route,
     Routes,
     Subscription,
     Wants,
@@ -161,9 +162,9 @@ class NatsSimBus:
                 return False
             self._seen.add(msg_id)
         self.stats.published += 1
-        subs = self._routes.match(subject)
+        route = self._routes.match(subject)
         self.kernel.push(self.kernel.now, PRIORITY_INPUT,
-                         partial(self._deliver, subs, subject, msg_id))
+                         partial(self._deliver, route, subject, msg_id))
         return True
 
     # -- delivery --------------------------------------------------------------------------
@@ -184,14 +185,14 @@ class NatsSimBus:
                 self._waiter = None
         return self._inbox.popleft()
 
-    async def _deliver(self, subs: list[Subscription], subject: str, msg_id: str | None) -> None:
+    async def _deliver(self, route: Route, subject: str, msg_id: str | None) -> None:
         msg = await self._next()
         got = (msg.headers or {}).get(MSG_ID)
         if msg_id is not None and got != msg_id:
             raise BusDesync(f"expected {msg_id} on {subject}, the stream gave {got}")
         fallback = fallback_id(got, msg.metadata.sequence.stream)
         decoded: dict[int, Envelope] = {}
-        for sub in subs:
+        for sub in route.targets():
             key = id(sub.decoder)
             env = decoded.get(key)
             if env is None:

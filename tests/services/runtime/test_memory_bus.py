@@ -4,7 +4,7 @@ from schemas import subjects
 from schemas.codec import encode
 from schemas.events import CycleStarted, DeadLetter, Envelope, envelope
 from schemas.job import SubmitJob
-from services.runtime.bus import MemoryBus, decode_submit
+from services.runtime.bus import Interest, MemoryBus, decode_submit
 from services.runtime.kernel import SimKernel
 
 
@@ -88,3 +88,51 @@ async def test_a_subscriber_gets_only_what_it_wants_and_others_still_get_everyth
     assert [e.body.cycle for e in picky] == [0, 2, 4]
     assert [e.body.cycle for e in every] == [0, 1, 2, 3, 4]
     assert bus.stats.delivered == 8  # passed over is not delivered
+
+
+async def test_an_interest_switch_gates_delivery_and_keeps_subscription_order() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    order: list[str] = []
+    switches = [Interest(), Interest(on=True), Interest()]
+    for i, interest in enumerate(switches):
+        async def handler(env: Envelope, name: str = f"s{i}") -> None:
+            order.append(f"{name}:{env.body.cycle}")  # type: ignore[attr-defined]
+
+        await bus.subscribe(subjects.CYCLE_STARTED, handler, durable=f"s{i}", wants=interest)
+    await bus.publish(subjects.CYCLE_STARTED, _env("e0", 0))
+    await k.run()
+    switches[2].set(True)
+    switches[0].set(True)
+    switches[1].set(False)
+    await bus.publish(subjects.CYCLE_STARTED, _env("e1", 1))
+    await k.run()
+    assert order == ["s1:0", "s0:1", "s2:1"]  # only those on, in the order they subscribed
+    assert bus.stats.delivered == 3
+
+
+async def test_an_interest_flipped_before_delivery_counts_not_the_one_at_publish() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    interest = Interest()
+    got = await _collect(bus, subjects.CYCLE_STARTED, wants=interest)
+    await bus.publish(subjects.CYCLE_STARTED, _env("e0"))
+    interest.set(True)  # published while off, delivered while on: delivered
+    await k.run()
+    assert len(got) == 1
+
+
+async def test_routes_rebuilt_by_a_later_subscription_stop_watching_the_old_ones() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    interest = Interest(on=True)
+    got = await _collect(bus, subjects.CYCLE_STARTED, "a", wants=interest)
+    await bus.publish(subjects.CYCLE_STARTED, _env("e0"))
+    await k.run()
+    late = await _collect(bus, subjects.CYCLE_STARTED, "b")
+    interest.set(False)
+    interest.set(True)
+    await bus.publish(subjects.CYCLE_STARTED, _env("e1"))
+    await k.run()
+    assert len(got) == 2 and len(late) == 1
+    assert len(interest._watchers) == 1  # the first route's watcher went with it
