@@ -27,11 +27,10 @@ same rules then apply to the nodes of that type only; without a type any node ma
 from __future__ import annotations
 
 import functools
+import heapq
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-
-from sortedcontainers import SortedList
 
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
@@ -125,30 +124,53 @@ class _Node:
 
 
 class _FreeIndex:
-    """A pool's nodes filed by (free GPUs, free GPUs no running job holds), each file in
-    cluster order, so the tightest (or first) node with room for a gang is found by looking at
-    a few files rather than every node. Answers exactly as a scan in cluster order would."""
+    """A pool's nodes filed by (free GPUs, free GPUs no running job holds), each file a heap of
+    cluster positions, so the tightest (or first) node with room for a gang is found by looking
+    at a few files rather than every node. Answers exactly as a scan in cluster order would.
+
+    A node that moves is pushed onto its new file and left on the old one; entries that no
+    longer match their node's file are dropped when they surface, and all files are rebuilt
+    once stale entries outnumber the nodes (so moving costs a push, not a search).
+    """
 
     def __init__(self, nodes: list[_Node]) -> None:
         self._top = max((n.size for n in nodes), default=0)
-        self._files: dict[tuple[int, int], SortedList] = {}
+        self._files: dict[tuple[int, int], list[int]] = {}
         self._at: dict[int, tuple[int, int]] = {}
+        self._entries = 0
         for node in nodes:
             self.update(node)
 
     def update(self, node: _Node) -> None:
-        free = node.free.bit_count()
-        key = (free, (node.free & ~node.held).bit_count())
-        old = self._at.get(node.pos)
-        if old == key:
+        key = (node.free.bit_count(), (node.free & ~node.held).bit_count())
+        if self._at.get(node.pos) == key:
             return
-        if old is not None:
-            self._files[old].remove(node.pos)
         self._at[node.pos] = key
         file = self._files.get(key)
         if file is None:
-            file = self._files[key] = SortedList()
-        file.add(node.pos)
+            file = self._files[key] = []
+        heapq.heappush(file, node.pos)
+        self._entries += 1
+        if self._entries > 2 * len(self._at) + 64:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        files: dict[tuple[int, int], list[int]] = {}
+        for pos, key in self._at.items():
+            files.setdefault(key, []).append(pos)
+        for file in files.values():
+            heapq.heapify(file)
+        self._files, self._entries = files, len(self._at)
+
+    def _first_in(self, key: tuple[int, int]) -> int | None:
+        file = self._files.get(key)
+        if not file:
+            return None
+        at = self._at
+        while file and at[file[0]] != key:
+            heapq.heappop(file)
+            self._entries -= 1
+        return file[0] if file else None
 
     def tightest(self, gpus: int, displace: bool) -> int | None:
         """The first node, in cluster order, of those with the fewest free GPUs among those
@@ -156,9 +178,9 @@ class _FreeIndex:
         for free in range(gpus, self._top + 1):
             best: int | None = None
             for unheld in range(0 if displace else gpus, free + 1):
-                file = self._files.get((free, unheld))
-                if file and (best is None or file[0] < best):
-                    best = file[0]
+                pos = self._first_in((free, unheld))
+                if pos is not None and (best is None or pos < best):
+                    best = pos
             if best is not None:
                 return best
         return None
@@ -166,14 +188,16 @@ class _FreeIndex:
     def first(self, gpus: int, displace: bool) -> int | None:
         """The first node, in cluster order, where `gpus` fit."""
         best: int | None = None
-        for (free, unheld), file in self._files.items():
-            if file and (free if displace else unheld) >= gpus and (
-                    best is None or file[0] < best):
-                best = file[0]
+        for key in list(self._files):
+            if (key[0] if displace else key[1]) >= gpus:
+                pos = self._first_in(key)
+                if pos is not None and (best is None or pos < best):
+                    best = pos
         return best
 
     def largest(self) -> int:
-        return max((free for (free, _), file in self._files.items() if file), default=0)
+        return max((key[0] for key in list(self._files) if self._first_in(key) is not None),
+                   default=0)
 
 
 class Topology:
