@@ -16,6 +16,7 @@ so the fake records exactly what a GPU node would execute.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -171,13 +172,25 @@ class DcgmBackend(NvmlBackend):
     FIELDS = (203, 252)
 
     def __init__(self, nvml: Any | None = None, dcgm: Any | None = None) -> None:
-        super().__init__(nvml)
+        # The bindings first: where they are missing, NVML is not left initialised.
         self._dcgm = dcgm if dcgm is not None else import_dcgm()
-        self._handle = self._dcgm.DcgmHandle(ipAddress="127.0.0.1")
-        group = self._handle.GetSystem().GetDefaultGroup()
-        self._fields = self._dcgm.DcgmFieldGroup(self._handle, name="loom",
-                                                 fieldIds=list(self.FIELDS))
-        group.samples.WatchFields(self._fields, 1_000_000, 60.0, 0)
+        super().__init__(nvml)
+        handle = None
+        try:
+            handle = self._dcgm.DcgmHandle(ipAddress="127.0.0.1")
+            group = handle.GetSystem().GetDefaultGroup()
+            self._fields = self._dcgm.DcgmFieldGroup(handle, name="loom",
+                                                     fieldIds=list(self.FIELDS))
+            group.samples.WatchFields(self._fields, 1_000_000, 60.0, 0)
+        except Exception as exc:
+            # The bindings raise their own DCGMError types (no nv-hostengine running, say);
+            # as GpuBackendError, `detect_backend("auto")` falls back to NVML.
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    handle.Shutdown()
+            self._nvml.nvmlShutdown()
+            raise GpuBackendError(f"DCGM could not start: {type(exc).__name__}: {exc}") from exc
+        self._handle = handle
         self._group = group
 
     def telemetry(self) -> list[GpuTelemetry]:
