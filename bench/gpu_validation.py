@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -540,7 +539,6 @@ async def start_cluster(work: Path, fake_gpus: int | None, gpus: int, report: Re
                         probe: GpuBackend, started: list[Cluster]) -> Cluster:
     """NATS, the control plane and the agent; `started` gets the cluster as soon as it has
     processes to stop, so a start that fails half-way is still torn down."""
-    ensure_loom_metadata(work / "meta", report)  # before loom.serve reads the version
     import nats
 
     from loom.builders import ServeOptions
@@ -605,36 +603,6 @@ async def start_cluster(work: Path, fake_gpus: int | None, gpus: int, report: Re
     report.measure("node agent backend / GPUs", f"{info.backend} / {len(info.gpus)}")
     cluster.sampler = asyncio.create_task(_sample(cluster))
     return cluster
-
-
-def write_loom_metadata(where: Path) -> Path:
-    """A `loom-scheduler` distribution's metadata (name and pyproject version) in `where`."""
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    dist = where / f"loom_scheduler-{version}.dist-info"
-    dist.mkdir(parents=True, exist_ok=True)
-    (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: loom-scheduler\nVersion: {version}\n")
-    return dist
-
-
-def ensure_loom_metadata(where: Path, report: Report) -> None:
-    """`loom serve` registers a NATS micro-service under the installed distribution's version,
-    and NATS refuses anything but a semantic version: from a checkout that was never
-    `pip install`ed (a GPU machine with only wheels carried to it), every service would fail
-    to start on "not installed". Give it the pyproject's version, before loom.serve loads."""
-    try:
-        importlib.metadata.version("loom-scheduler")
-        return
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    dist = write_loom_metadata(where)
-    sys.path.append(str(where))
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.environ.get("PYTHONPATH"), str(where)) if p)  # the `loom serve` children
-    importlib.invalidate_caches()
-    report.data.setdefault("notes", []).append(
-        f"loom-scheduler is not installed here: wrote {dist.name} so that `loom serve` has a "
-        f"version NATS micro accepts")
 
 
 MPS_DIRS = ("/usr/local/nvidia/bin", "/usr/local/cuda/bin", "/usr/bin", "/usr/sbin")

@@ -26,7 +26,7 @@ from typing import Any
 import nats.micro
 
 from loom.builders import Built, ServeOptions, build_service, scheduler_for
-from loom.versions import running_versions
+from loom.versions import NOT_INSTALLED, running_versions
 from services.metrics.prometheus import registry_for, serve_http
 from services.metrics.stream_usage import StreamWatch
 from services.nodeagent.jobuser import JobUser
@@ -42,7 +42,15 @@ from services.scheduler.leader import Elector, FencedShell, LeaseStore, Replica,
 __all__ = ["Built", "ServeOptions", "build_service", "serve", "serve_replica"]
 
 CONTROL_PLANE = ("scheduler", "placer", "metrics")
-VERSION = running_versions()["loom"]  # the installed package's, from pyproject.toml
+
+
+def service_version(installed: str) -> str:
+    """The version a NATS service registers with: it must be semantic, and a checkout run
+    from PYTHONPATH (a GPU node's copy, say) has no installed one."""
+    return "0.0.0" if installed == NOT_INSTALLED else installed
+
+
+VERSION = service_version(running_versions()["loom"])  # the installed package's (pyproject)
 log = get_logger("loom.serve")
 
 

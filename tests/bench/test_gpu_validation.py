@@ -70,17 +70,3 @@ def test_the_validation_runs_every_step_on_fake_gpus(tmp_path: Path) -> None:
         assert job["iterations_done"] == mps["iterations"][job_id] > 0
     assert report["teardown"]["agent_exit"] == 0
     assert report["teardown"]["control_plane_exits"] == [0, 0, 0]
-
-
-def test_a_checkout_never_installed_gets_the_pyprojects_version(tmp_path: Path) -> None:
-    """`loom serve` needs a semantic version for NATS micro; on a GPU machine with only
-    wheels carried to it, the script writes the distribution's metadata itself."""
-    import importlib.metadata
-    import tomllib
-
-    from bench.gpu_validation import write_loom_metadata
-
-    write_loom_metadata(tmp_path)
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    found = list(importlib.metadata.distributions(path=[str(tmp_path)]))
-    assert [(d.metadata["Name"], d.version) for d in found] == [("loom-scheduler", version)]
