@@ -83,6 +83,7 @@ class _Node:
     nvlink: tuple[int, ...] = ()  # per GPU: mask of its NVLink peers (empty: unknown)
     pos: int = 0  # in cluster order
     holders: dict[str, int] = field(default_factory=dict)  # running job → its GPUs' mask
+    occupied: int = 0  # the union of the holders' masks
 
     @property
     def n_free(self) -> int:
@@ -263,6 +264,11 @@ class CyclePlacement:
     (`bind`, `release`), and `next_cycle` starts the next one, resetting only the nodes the last
     cycle or the bindings touched. A cycle therefore costs what it places, not the cluster's
     size; built with `previous` it is the first cycle after those bindings.
+
+    A cycle opened `in_place` leaves every running job on its GPUs (taken, not held): the
+    state a cycle reaches once it has re-placed each running job where it was, reached
+    without walking them. Between cycles the nodes are kept so, and only a cycle that
+    re-places running jobs turns their GPUs into held ones.
     """
 
     def __init__(
@@ -303,6 +309,11 @@ class CyclePlacement:
         self._bound: dict[str, GpuSlots] = {}
         self._bound_at: dict[str, list[tuple[_Node, int]] | None] = {}
         self._dirty: dict[int, _Node] = {}  # nodes to reset before the next cycle
+        self._stale: dict[int, _Node] = {}  # nodes to re-file before the index is asked
+        self._busy: dict[int, _Node] = {}  # nodes some running job is bound to
+        self._busy_gpus = 0
+        self._busy_by_type = dict.fromkeys(types, 0)
+        self.in_place = False
         # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
         # not either), which lets policies skip ahead; mixed node sizes break that.
         # Buddy blocks mixed with consolidated odd sizes promise no such order.
@@ -327,7 +338,7 @@ class CyclePlacement:
         for i, m in masks:
             node = self._nodes[i]
             node.holders[job_id] = m
-            self._dirty[i] = node
+            self._occupy(node)
             at.append((node, m))
         self._bound_at[job_id] = at
 
@@ -337,28 +348,51 @@ class CyclePlacement:
             return
         for node, _ in self._bound_at.pop(job_id) or ():
             del node.holders[job_id]
-            self._dirty[node.pos] = node
+            self._occupy(node)
 
-    def next_cycle(self, cordoned: Collection[str] = ()) -> None:
-        """Start a cycle: every GPU free, running jobs' GPUs held until they are re-placed;
-        `cordoned` nodes (drained or lost) take nothing new."""
+    def _occupy(self, node: _Node) -> None:
+        """Recount a node's occupied GPUs after its holders changed."""
+        occupied = 0
+        for m in node.holders.values():
+            occupied |= m
+        change = occupied.bit_count() - node.occupied.bit_count()
+        node.occupied = occupied
+        self._busy_gpus += change
+        self._busy_by_type[node.gpu_type] += change
+        if occupied:
+            self._busy[node.pos] = node
+        else:
+            self._busy.pop(node.pos, None)
+        self._dirty[node.pos] = node
+
+    def next_cycle(self, cordoned: Collection[str] = (), *, in_place: bool = False) -> None:
+        """Start a cycle: every GPU free, running jobs' GPUs held until they are re-placed (or,
+        `in_place`, taken by them for the whole cycle); `cordoned` nodes (drained or lost)
+        take nothing new."""
         topo = self._topo
         if self._links_seen != topo.links_learned:
             self._links_seen = topo.links_learned
             for node in self._nodes:
                 node.nvlink = topo.nvlink.get(node.node_id, ())
-        for node in self._dirty.values():
-            node.free = (1 << node.size) - 1
-            held = 0
-            for m in node.holders.values():
-                held |= m
-            node.held = held
+        for node in self._dirty.values():  # back to running jobs in place
+            node.free = ((1 << node.size) - 1) & ~node.occupied
+            node.held = 0
             self._reindex(node)
         self._dirty = {}
         self._kept: set[str] = set()  # running jobs re-placed (or not) this cycle
         self.placed: dict[str, GpuSlots] = {}
-        self.free_gpus = topo.total_gpus
+        self.in_place = in_place
         self._free_by_type = dict(topo.cluster.gpus_by_type)
+        if in_place:
+            self.free_gpus = topo.total_gpus - self._busy_gpus
+            for gpu_type, busy in self._busy_by_type.items():
+                self._free_by_type[gpu_type] -= busy
+        else:
+            self.free_gpus = topo.total_gpus
+            for node in self._busy.values():  # free again, but held for their jobs
+                node.free = (1 << node.size) - 1
+                node.held = node.occupied
+                self._moved(node)
         # Drained nodes (`loom drain`): jobs running there keep their GPUs, nothing new lands.
         self.cordoned = frozenset(cordoned)
         for node_id in self.cordoned:
@@ -371,13 +405,20 @@ class CyclePlacement:
 
     def _reindex(self, node: _Node) -> None:
         if self._indexes:
+            self._stale[node.pos] = node
+
+    def _flush(self) -> None:
+        """Re-file the nodes that changed since the index was last asked (a node that changes
+        and changes back in between costs nothing there)."""
+        for node in self._stale.values():
             for key in (None, node.gpu_type):
                 index = self._indexes.get(key)
                 if index is not None:
                     index.update(node)
+        self._stale = {}
 
     def _moved(self, node: _Node) -> None:
-        """A node's GPUs changed this cycle: reset it before the next, re-file it now."""
+        """A node's GPUs changed this cycle: reset it before the next, re-file it."""
         self._dirty[node.pos] = node
         self._reindex(node)
 
@@ -385,6 +426,7 @@ class CyclePlacement:
     def largest_block(self) -> int:
         index = self._indexes.get(None)
         if index is not None:
+            self._flush()
             return index.largest()
         return max((n.n_free for n in self._nodes), default=0)
 
@@ -445,6 +487,8 @@ class CyclePlacement:
         """Give a running job back its own GPUs if they are all still free (and allowed)."""
         if job_id not in self._bound or job_id in self._kept:
             return None
+        if self.in_place:
+            raise ValueError(f"job {job_id} runs in place this cycle: it is not placed again")
         self._kept.add(job_id)
         held = self._bound_at[job_id]
         if held is None:
@@ -469,6 +513,7 @@ class CyclePlacement:
                       displace: bool, index: _FreeIndex | None) -> GpuSlots | None:
         """One node if a node of the switch is big enough, else whole nodes + a remainder."""
         if index is not None:
+            self._flush()
             pos = (index.first if self.scheme == "yarn" else index.tightest)(gpus, displace)
             best = None if pos is None else self._nodes[pos]
         else:

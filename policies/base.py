@@ -67,6 +67,9 @@ class Snapshot:
     cluster: ClusterSpec
     jobs: Mapping[str, JobView]  # every active (waiting or running) job
     running: tuple[JobView, ...]  # in admission order
+    # Every running job stays on its GPUs this cycle (the policy said so: `running_stays`); the
+    # placement already has them there, and the policy places waiting jobs only.
+    in_place: bool = False
 
 
 class Fitter(Protocol):
@@ -105,6 +108,9 @@ class Plan:
     free_gpus: int = 0
     unfit_from: int | None = None  # with a monotone fitter: no gang this large fits
     fragmented: str = ""  # the fitter's explanation for `unfit_from`
+    # Every running job stays where it is (an in-place cycle); `run` then lists only the jobs
+    # that start.
+    stay: bool = False
 
 
 class Policy(abc.ABC):
@@ -141,6 +147,12 @@ class Policy(abc.ABC):
     def job_running(self, job: JobView) -> None:  # noqa: B027 - optional hook
         """A job announced by `job_added` already runs: a scheduler rebuilt from the event
         log re-announces its running jobs so (services.scheduler.recovery)."""
+
+    def running_stays(self, snap: Snapshot) -> bool:
+        """Asked before a cycle: whether this policy's plan for `snap` is sure to leave every
+        running job where it is. Then the cycle is planned in place (`Snapshot.in_place`) and
+        costs what it places, not what runs."""
+        return False
 
     @abc.abstractmethod
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan: ...

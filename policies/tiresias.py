@@ -68,6 +68,9 @@ class DiscretisedLas(OrderedPolicy):
         self._queue.pop(job_id, None)
         self._key.pop(job_id, None)
 
+    def running_stays(self, snap: Snapshot) -> bool:
+        return False  # demotions and promotions move running jobs between queues first
+
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         last = len(self.limits)
         for job in snap.running:  # demote at most one level per cycle, as Tiresias does

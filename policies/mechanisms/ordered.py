@@ -28,6 +28,10 @@ class OrderedPolicy(Policy):
     `key` must not change while a job waits (it may change while the job runs): that is what
     lets a cycle cost O(running + placed) instead of re-sorting the whole queue. The index is
     split by GPU count, so the walk can drop every job of a size that no longer fits at once.
+
+    While every waiting job ranks after every running one, the walk would re-place each
+    running job where it is before it reached a waiting one: such a cycle is planned in place
+    (`running_stays`), placing waiting jobs only.
     """
 
     def __init__(self) -> None:
@@ -68,10 +72,21 @@ class OrderedPolicy(Policy):
     def running_keys(self, snap: Snapshot) -> list[tuple[Key, str]]:
         return sorted((self.key(v), v.job_id) for v in snap.running)
 
+    def running_stays(self, snap: Snapshot) -> bool:
+        if not snap.running:
+            return True
+        top = max((self.key(v), v.job_id) for v in snap.running)
+        return all(b[0] > top for b in self._buckets.values() if b)
+
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
-        running = self.running_keys(snap)
-        plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)
-        self.settle(snap, plan, running)
+        if snap.in_place:
+            plan = greedy_fill(self.streams([]), snap.jobs, fit, self.name)
+            plan.stay = True
+            self.settle(snap, plan, [])
+        else:
+            running = self.running_keys(snap)
+            plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)
+            self.settle(snap, plan, running)
         self._last = plan
         return plan
 

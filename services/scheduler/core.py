@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 from domain import causes
 from domain.overhead import job_rates, progress_segments
-from domain.placement import CyclePlacement, Topology
+from domain.placement import CyclePlacement, Scheme, Topology
 from domain.progress import RunProgress
 from policies.base import JobView, Plan, Policy, Snapshot
 from policies.mechanisms.admission import TenantGate
@@ -284,7 +285,14 @@ class SchedulerCore(CoreDefaults):
             jobs=MappingProxyType(self.views),
             running=tuple(running_views),
         )
-        fit = self._placement()
+        scheme = self.config.placement or self.policy.placement
+        # In place only where the walk would keep every running job where it is: not when
+        # placement re-packs them every cycle (yarn), nor under tenants' quotas.
+        in_place = (scheme != "yarn" and self.config.tenants is None
+                    and self.policy.running_stays(snap))
+        fit = self._placement(scheme, in_place)
+        if in_place:
+            snap = replace(snap, in_place=True)
         if self.config.tenants is not None:
             self.tenancy = TenantGate(fit, snap, self.config.tenants)
             plan = self.policy.plan(snap, self.tenancy)
@@ -293,10 +301,10 @@ class SchedulerCore(CoreDefaults):
         self.last_plan = plan
         return self._apply(plan, now)
 
-    def _placement(self) -> CyclePlacement:
+    def _placement(self, scheme: Scheme, in_place: bool) -> CyclePlacement:
         """This cycle's placement state: the last cycle's, told which jobs started, stopped or
-        moved since (a new one when the scheme changed)."""
-        scheme = self.config.placement or self.policy.placement
+        moved since (a new one when the scheme changed), with running jobs held for the walk
+        to re-place them, or `in_place`."""
         # A lost node is cordoned like a drained one (its jobs have already been requeued).
         cordoned = self.drained | self.faults.lost if self.faults.lost else self.drained
         moves = self.jobs.take_moves()
@@ -304,6 +312,8 @@ class SchedulerCore(CoreDefaults):
         if fit is None or fit.scheme != scheme:
             previous = {jid: rec.placement for jid, rec in self.jobs.running.items()}
             fit = self._fit = CyclePlacement(self.topology, scheme, previous, cordoned=cordoned)
+            if in_place:
+                fit.next_cycle(cordoned, in_place=True)
             return fit
         for jid in moves:
             rec = self.jobs.running.get(jid)
@@ -311,7 +321,7 @@ class SchedulerCore(CoreDefaults):
                 fit.release(jid)
             else:
                 fit.bind(jid, rec.placement)
-        fit.next_cycle(cordoned)
+        fit.next_cycle(cordoned, in_place=in_place)
         return fit
 
     def advance(self, rec: JobRecord, now: float, lost_s: float) -> None:
@@ -338,7 +348,7 @@ class SchedulerCore(CoreDefaults):
                                 decided_by=self.policy.name)
             transitions.append(self.transition(rec, JobState.REJECTED, causes.rejected(reason),
                                                now))
-        for jid in [j for j in running if j not in plan.run]:
+        for jid in [] if plan.stay else [j for j in running if j not in plan.run]:
             rec = self.jobs.clear_running(jid)
             rec.preemptions += 1
             rec.unplace()

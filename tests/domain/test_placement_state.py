@@ -8,6 +8,7 @@ has); the subject is one CyclePlacement for the whole run, indexed from the firs
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,22 +43,32 @@ cycle_ops = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12),
 
 @settings(max_examples=300, deadline=None)
 @given(cl=clusters(), scheme=st.sampled_from(SCHEMES),
-       cycles=st.lists(cycle_ops, min_size=1, max_size=6),
+       cycles=st.lists(st.tuples(cycle_ops, st.booleans()), min_size=1, max_size=6),
        cordon=st.lists(st.integers(0, 11), max_size=2))
 def test_kept_and_indexed_places_as_a_fresh_scan(
-        cl: ClusterSpec, scheme: str, cycles: list[list[tuple[int, int, str | None, bool]]],
+        cl: ClusterSpec, scheme: str,
+        cycles: list[tuple[list[tuple[int, int, str | None, bool]], bool]],
         cordon: list[int]) -> None:
+    """Each cycle may be opened in place: the reference then re-places every running job
+    where it was first (what an in-place cycle stands for) and places only the others."""
     topo = Topology(cl)
     cordoned = {cl.nodes[i % len(cl.nodes)].node_id for i in cordon}
     kept = CyclePlacement(topo, scheme, cordoned=cordoned, index_from=1)  # type: ignore[arg-type]
     running: dict[str, GpuSlots] = {}
-    for n, ops in enumerate(cycles):
+    for n, (ops, in_place) in enumerate(cycles):
+        in_place = in_place and scheme != "yarn" and n > 0  # yarn re-packs running jobs
         fresh = CyclePlacement(topo, scheme, dict(running), cordoned=cordoned,  # type: ignore[arg-type]
                                index_from=NEVER)
         if n:
-            kept.next_cycle(cordoned)
-        assert (kept.free_gpus, kept.largest_block()) == (fresh.free_gpus, fresh.largest_block())
+            kept.next_cycle(cordoned, in_place=in_place)
         after: dict[str, GpuSlots] = {}
+        if in_place:
+            for job, slots in sorted(running.items()):
+                gpus = sum(len(g) for _, g in slots)
+                assert fresh.try_place(job, gpus) == slots
+                after[job] = slots
+            ops = [op for op in ops if f"j{op[0]}" not in running]
+        assert (kept.free_gpus, kept.largest_block()) == (fresh.free_gpus, fresh.largest_block())
         for slot, gpus, gpu_type, stays in ops:
             job = f"j{slot}"
             if gpus == 0:
@@ -72,8 +83,18 @@ def test_kept_and_indexed_places_as_a_fresh_scan(
         for job in set(running) - set(after):
             kept.release(job)
         for job, slots in after.items():
-            kept.bind(job, slots)
+            if running.get(job) != slots:
+                kept.bind(job, slots)
         running = after
+
+
+def test_a_running_job_is_not_placed_again_in_an_in_place_cycle() -> None:
+    fit = CyclePlacement(ClusterSpec.uniform(1, 1, 4), previous={"a": (("n0", (0, 1)),)})
+    fit.next_cycle(in_place=True)
+    assert fit.free_gpus == 2
+    with pytest.raises(ValueError, match="job a runs in place"):
+        fit.try_place("a", 2)
+    assert fit.try_place("b", 2) == (("n0", (2, 3)),)
 
 
 def test_a_job_bound_twice_holds_only_its_last_gpus() -> None:

@@ -77,10 +77,8 @@ class Driver:
     def cycle(self, at: float | None = None) -> Plan:
         if at is not None:
             self.advance(at)
-        views = {jid: rec.view() for jid, rec in self.jobs.items()}
-        running = tuple(views[jid] for jid, rec in self.jobs.items() if rec.running)
+        snap = self.snapshot()
         previous = {jid: rec.placement for jid, rec in self.jobs.items() if rec.running}
-        snap = Snapshot(self.now, self.cluster, MappingProxyType(views), running)
         self.fit = CyclePlacement(self.cluster, self.policy.placement, previous)
         plan = self.plan = self.policy.plan(snap, self.fit)
         for jid, rec in self.jobs.items():
@@ -90,6 +88,12 @@ class Driver:
                 rec.running, rec.placement = False, ()
                 rec.preemptions += 1
         return plan
+
+    def snapshot(self) -> Snapshot:
+        """What a cycle at `now` shows the policy."""
+        views = {jid: rec.view() for jid, rec in self.jobs.items()}
+        running = tuple(views[jid] for jid, rec in self.jobs.items() if rec.running)
+        return Snapshot(self.now, self.cluster, MappingProxyType(views), running)
 
     # -- queries -------------------------------------------------------------------------------
     @property

@@ -255,3 +255,33 @@ def test_removed_waiting_job_leaves_the_queue(policy: str) -> None:
     assert d.status("b").queue_position is None
     assert d.waiting_order() == ["c"]
     assert d.running == {"a"}
+
+
+# --------------------------------------------------------------------------------------------
+# cycles planned in place
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("policy", "running", "waiting", "stays"),
+    [
+        pytest.param("srtf", [J("a", 8, 100)], [J("b", 8, 200, 1)], True,
+                     id="srtf-waiting-job-is-longer"),
+        pytest.param("srtf", [J("a", 8, 100)], [J("b", 1, 10, 1)], False,
+                     id="srtf-waiting-job-is-shorter"),
+        pytest.param("srsf", [J("a", 1, 100)], [J("b", 8, 50, 1)], True,
+                     id="srsf-less-time-but-more-gpu-time"),
+        pytest.param("fifo", [J("a", 8, 100, 0)], [J("b", 1, 1, 5)], True,
+                     id="fifo-later-submission"),
+        pytest.param("srtf", [], [], True, id="nothing-runs"),
+        pytest.param("tiresias", [J("a", 8, 100)], [J("b", 8, 200, 1)], False,
+                     id="tiresias-always-walks"),
+    ],
+)
+def test_running_jobs_stay_only_while_every_waiting_job_ranks_after_them(
+    policy: str, running: list[JobSpec], waiting: list[JobSpec], stays: bool
+) -> None:
+    d = Driver.of(policy, cluster(1, 8)).add(*running)
+    d.cycle()
+    assert d.running == {j.job_id for j in running}
+    d.add(*waiting)
+    assert d.policy.running_stays(d.snapshot()) is stays

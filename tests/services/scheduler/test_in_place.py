@@ -1,0 +1,61 @@
+"""Cycles planned in place (services/scheduler/core.py, `Policy.running_stays`) decide exactly
+what the full walk over running jobs decides: the same runs with and without them, bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.mechanisms.ordered import OrderedPolicy
+from schemas.job import JobSpec
+from tests.builders import cluster, make_job, simulate
+
+ORDERED = ("fifo", "srtf", "srsf")
+
+traces = st.lists(
+    st.tuples(st.sampled_from([1, 1, 2, 4, 8]),  # GPUs
+              st.integers(1, 400),  # seconds of work
+              st.integers(0, 600)),  # submission
+    min_size=1, max_size=40)
+
+
+def _jobs(rows: list[tuple[int, int, int]]) -> list[JobSpec]:
+    return [make_job(f"j{i:02d}").gpus(g).runs_for(s).submit(t).build()
+            for i, (g, s, t) in enumerate(rows)]
+
+
+def _run(jobs: list[JobSpec], policy: str, nodes: int, overhead: str) -> tuple[object, ...]:
+    out = simulate(jobs, policy, cluster(nodes, 8, switches=nodes // 2 or 1), overhead=overhead)
+    s = out.summary
+    return s["decision_digest"], s["events"], s["cycles"], s["avg_jct_s"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=traces, policy=st.sampled_from(ORDERED), nodes=st.sampled_from([2, 4]),
+       overhead=st.sampled_from(["none", "muri"]))
+def test_in_place_cycles_decide_as_the_full_walk(
+        rows: list[tuple[int, int, int]], policy: str, nodes: int, overhead: str) -> None:
+    jobs = _jobs(rows)
+    fast = _run(jobs, policy, nodes, overhead)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(OrderedPolicy, "running_stays", lambda self, snap: False)
+        full = _run(jobs, policy, nodes, overhead)
+    assert fast == full
+
+
+def test_a_quiet_cluster_is_planned_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs that each find free GPUs never make a cycle walk the running ones."""
+    walked: list[int] = []
+    original = OrderedPolicy.running_keys
+
+    def counting(self: OrderedPolicy, snap: object) -> object:
+        walked.append(1)
+        return original(self, snap)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(OrderedPolicy, "running_keys", counting)
+    jobs = [make_job(f"j{i}").runs_for(100).submit(10 * i).build() for i in range(8)]
+    out = simulate(jobs, "srtf", cluster(2, 8))
+    assert out.summary["finished"] == 8
+    assert walked == []
