@@ -7,7 +7,15 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 # Bounds on user input: generous for real clusters (the bundled traces peak at 8.7e8
 # iterations, 1.1e7 s and 100 epochs), tight enough to stop garbage before a policy sees it.
@@ -249,8 +257,14 @@ class SubmitJob(_JobFields):
 
     job_id: JobId | None = None
     submit_time_s: Seconds | None = None
+    # The spec this submission was made from in this process (an injector's trace job): valid
+    # already, so the scheduler takes that very object, neither copied nor checked again. A
+    # submission decoded from the wire has none, and is validated field by field.
+    _spec: JobSpec | None = PrivateAttr(default=None)
 
     def to_spec(self, job_id: str, now: float) -> JobSpec:
+        if self._spec is not None:
+            return self._spec
         data = self.model_dump()
         data["job_id"] = self.job_id or job_id
         data["submit_time_s"] = now if self.submit_time_s is None else self.submit_time_s
@@ -258,7 +272,17 @@ class SubmitJob(_JobFields):
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> SubmitJob:
-        return cls(**spec.model_dump())
+        sub = cls.model_construct(_fields_set=set(spec.__dict__), **spec.__dict__)
+        sub._spec = spec
+        return sub
+
+    def __eq__(self, other: object) -> bool:  # the in-process origin is not part of it
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return super().__hash__()
 
 
 class JobState(enum.StrEnum):

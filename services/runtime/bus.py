@@ -10,6 +10,7 @@ Both implementations (this one and `nats_bus.NatsSimBus`) promise the same seman
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,6 +23,7 @@ from schemas.codec import CodecError, decode, decode_submission
 from schemas.events import DeadLetter, Envelope, envelope
 from services.runtime.effects import PRIORITY_INPUT
 from services.runtime.kernel import SimKernel
+from services.runtime.stream_limits import DUPLICATE_WINDOW_S
 
 Handler = Callable[[Envelope], Awaitable[None]]
 # Whether a subscriber wants an envelope at all: a cheap check the bus makes before delivering
@@ -195,6 +197,30 @@ def dead_letter_envelope(
     )
 
 
+class DuplicateWindow:
+    """Event ids published in the last `window_s` (JetStream's de-duplication window, here in
+    the kernel's virtual time): a repeat within it is a duplicate. Older ids are forgotten, so
+    a run of millions of events keeps only a window's worth."""
+
+    def __init__(self, kernel: SimKernel, window_s: float = DUPLICATE_WINDOW_S) -> None:
+        self.kernel = kernel
+        self.window_s = window_s
+        self._ids: set[str] = set()
+        self._order: deque[tuple[float, str]] = deque()
+
+    def first(self, event_id: str) -> bool:
+        """Whether `event_id` is new within the window (it is remembered from now on)."""
+        now = self.kernel.now
+        order, ids = self._order, self._ids
+        while order and order[0][0] < now - self.window_s:
+            ids.discard(order.popleft()[1])
+        if event_id in ids:
+            return False
+        ids.add(event_id)
+        order.append((now, event_id))
+        return True
+
+
 class MemoryBus:
     """In-process bus on the virtual-time kernel; envelopes are delivered as objects."""
 
@@ -202,13 +228,12 @@ class MemoryBus:
         self.kernel = kernel
         self.stats = BusStats()
         self._routes = Routes()
-        self._seen: set[str] = set()
+        self._seen = DuplicateWindow(kernel)
 
     async def publish(self, subject: str, env: Envelope) -> bool:
-        if env.event_id in self._seen:
+        if not self._seen.first(env.event_id):
             self.stats.duplicates += 1
             return False
-        self._seen.add(env.event_id)
         self.stats.published += 1
         route = self._routes.match(subject)
         if route:
@@ -223,11 +248,9 @@ class MemoryBus:
             await sub.handler(env)
 
     async def publish_raw(self, subject: str, payload: bytes, msg_id: str | None = None) -> bool:
-        if msg_id is not None:
-            if msg_id in self._seen:
-                self.stats.duplicates += 1
-                return False
-            self._seen.add(msg_id)
+        if msg_id is not None and not self._seen.first(msg_id):
+            self.stats.duplicates += 1
+            return False
         self.stats.published += 1
         fallback = fallback_id(msg_id, self.stats.published)
         route = self._routes.match(subject)

@@ -4,8 +4,9 @@ from schemas import subjects
 from schemas.codec import encode
 from schemas.events import CycleStarted, DeadLetter, Envelope, envelope
 from schemas.job import SubmitJob
-from services.runtime.bus import Interest, MemoryBus, decode_submit
+from services.runtime.bus import DuplicateWindow, Interest, MemoryBus, decode_submit
 from services.runtime.kernel import SimKernel
+from services.runtime.stream_limits import DUPLICATE_WINDOW_S
 
 
 def _env(event_id: str, cycle: int = 1) -> Envelope:
@@ -136,3 +137,30 @@ async def test_routes_rebuilt_by_a_later_subscription_stop_watching_the_old_ones
     await k.run()
     assert len(got) == 2 and len(late) == 1
     assert len(interest._watchers) == 1  # the first route's watcher went with it
+
+
+async def test_duplicates_are_dropped_within_the_window_and_forgotten_after_it() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    got = await _collect(bus, subjects.CYCLE_STARTED)
+    window = DUPLICATE_WINDOW_S
+    published: list[bool] = []
+    for at, event_id in [(0.0, "a"), (window, "a"), (window + 1.0, "a"), (window + 2.0, "b")]:
+        k.schedule(at, 0, lambda e=event_id: _publish(bus, published, e))
+    await k.run()
+    # "a" again at the window's edge is a duplicate; a second later "a" was forgotten.
+    assert published == [True, False, True, True]
+    assert len(got) == 3 and bus.stats.duplicates == 1
+
+
+async def _publish(bus: MemoryBus, published: list[bool], event_id: str) -> None:
+    published.append(await bus.publish(subjects.CYCLE_STARTED, _env(event_id)))
+
+
+def test_the_window_keeps_only_recent_ids() -> None:
+    k = SimKernel()
+    seen = DuplicateWindow(k, window_s=10.0)
+    for i in range(1000):
+        k.now = float(i)
+        assert seen.first(f"e{i}")
+    assert len(seen._ids) == 11  # the ids of the last 10 s, and the one at its edge

@@ -1,0 +1,26 @@
+"""A submission made in this process from a spec hands that spec to the scheduler as it is;
+one from the wire is validated into a new spec (schemas/job.py, SubmitJob)."""
+
+from __future__ import annotations
+
+from schemas.codec import decode, encode
+from schemas.events import envelope
+from schemas.job import SubmitJob
+from tests.builders import make_job
+
+
+def test_an_in_process_submission_hands_over_its_spec_unchecked_and_uncopied() -> None:
+    spec = make_job("a").gpus(2).submit(5).build()
+    sub = SubmitJob.from_spec(spec)
+    assert sub.to_spec("ignored", now=99.0) is spec
+    assert sub == SubmitJob(**spec.model_dump())  # the same submission, whatever its origin
+
+
+def test_a_submission_from_the_wire_is_validated_into_a_new_equal_spec() -> None:
+    spec = make_job("a").gpus(2).submit(5).build()
+    env = envelope(SubmitJob.from_spec(spec), event_id="e", occurred_at=0.0, producer="p",
+                   causation_id=None)
+    wire = decode(encode(env)).body
+    assert isinstance(wire, SubmitJob)
+    got = wire.to_spec("ignored", now=99.0)
+    assert got == spec and got is not spec
