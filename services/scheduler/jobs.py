@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from domain.progress import RunProgress
 from policies.base import JobView
@@ -44,7 +44,8 @@ class JobRecord:
     started_at: float | None = None
     ended_at: float | None = None
     status: Status | None = None
-    history: list[Transition] = field(default_factory=list)
+    last: Transition | None = None  # its latest transition (why it runs, since when); the
+    # whole story is in the event log, not kept per job in memory
     launched_by: tuple[int, int] | None = None  # (term, cycle) of the plan of its current run
     unseen: int = 0  # heartbeats since then that should have listed its run and did not
     confirmed: bool = False  # its node has shown the current run (heartbeat, progress, end)
@@ -132,7 +133,7 @@ class JobTable(Mapping[str, JobRecord]):
         """Move a job to `state` (a legal move, or this raises), and the event that says so."""
         check(rec.state, state, rec.spec.job_id)
         self._count_waiting(rec.spec.tenant, rec.state, state)
-        rec.history.append(Transition(now, rec.state, state, cause))
+        rec.last = Transition(now, rec.state, state, cause)
         previous, rec.state = rec.state, state
         running = state is JobState.RUNNING
         return Publish(subjects.JOB_TRANSITION, JobTransition(
@@ -157,7 +158,7 @@ class JobTable(Mapping[str, JobRecord]):
         rec.accounted_at = at
         cause = t.why()
         self._count_waiting(rec.spec.tenant, rec.state, t.state)
-        rec.history.append(Transition(at, rec.state, t.state, cause))
+        rec.last = Transition(at, rec.state, t.state, cause)
         rec.state = t.state
         rec.iterations_done = t.iterations_done
         if t.state is JobState.RUNNING:

@@ -30,7 +30,8 @@ def status(core: SchedulerCore, job_id: str) -> Status:
             return held.model_copy(update={"queue_position": waiting.queue_position})
         return waiting
     if rec.state is JobState.RUNNING:  # derived on demand: cheaper than one per launch
-        return Status(code=StatusCode.RUNNING, reason=rec.history[-1].cause.text,
+        assert rec.last is not None
+        return Status(code=StatusCode.RUNNING, reason=rec.last.cause.text,
                       decided_by=core.policy.name)
     assert rec.status is not None
     return rec.status

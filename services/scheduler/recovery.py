@@ -85,8 +85,8 @@ def rebuild(core: SchedulerCore, history: Sequence[Recorded], now: float) -> lis
     effects = _repair(core, last_transition, launches, stops, now)
     launched = {jid: (x.at, x.group) for jid, x in launches.items()}
     for jid, job in core.jobs.items():  # launched at its last RUNNING transition
-        if job.state is JobState.RUNNING and job.history:
-            launched[jid] = (job.history[-1].at, launched.get(jid, (0.0, ()))[1])
+        if job.state is JobState.RUNNING and job.last is not None:
+            launched[jid] = (job.last.at, launched.get(jid, (0.0, ()))[1])
     effects += core.adopt(launched, now)
     log.info("scheduler rebuilt", jobs=len(core.jobs), cycle=core.cycle,
              running=sum(r.state is JobState.RUNNING for r in core.jobs.values()),

@@ -71,7 +71,7 @@ def test_a_cycle_starts_plans_and_records_every_transition() -> None:
     (plan,) = _published(eff, PlanDecided)
     assert [launch.job_id for launch in plan.launches] == ["b"]  # shorter first; a cannot fit
     assert plan.busy_gpus == 4 and plan.running == 1
-    assert core.jobs["b"].history[-1].state is JobState.RUNNING
+    assert core.jobs["b"].last is not None and core.jobs["b"].last.state is JobState.RUNNING
     st = core.status("a")
     assert st.code in (StatusCode.WAITING_FOR_PRIORITY, StatusCode.WAITING_FOR_GPUS)
     assert st.queue_position == 1 and st.reason
