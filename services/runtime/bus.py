@@ -158,13 +158,21 @@ class Route:
 
 @dataclass
 class Routes:
-    """Subject → route, cached: a run uses a handful of subjects millions of times."""
+    """Subject → route, cached: a run uses a handful of subjects millions of times. Literal
+    patterns are looked up, not matched one by one (each of 10,000 nodes has its own)."""
 
     subs: list[Subscription] = field(default_factory=list)
     cache: dict[str, Route] = field(default_factory=dict)
+    _literal: dict[str, list[int]] = field(default_factory=dict)  # subject → subscriptions
+    _wild: list[int] = field(default_factory=list)
 
     def add(self, sub: Subscription) -> None:
+        i = len(self.subs)
         self.subs.append(sub)
+        if "*" in sub.pattern or ">" in sub.pattern:
+            self._wild.append(i)
+        else:
+            self._literal.setdefault(sub.pattern, []).append(i)
         for route in self.cache.values():
             route.close()
         self.cache.clear()
@@ -172,7 +180,9 @@ class Routes:
     def match(self, subject: str) -> Route:
         hit = self.cache.get(subject)
         if hit is None:
-            hit = Route([s for s in self.subs if subjects.matches(s.pattern, subject)])
+            found = self._literal.get(subject, []) + [
+                i for i in self._wild if subjects.matches(self.subs[i].pattern, subject)]
+            hit = Route([self.subs[i] for i in sorted(found)])
             self.cache[subject] = hit
         return hit
 

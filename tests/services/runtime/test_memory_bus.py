@@ -164,3 +164,18 @@ def test_the_window_keeps_only_recent_ids() -> None:
         k.now = float(i)
         assert seen.first(f"e{i}")
     assert len(seen._ids) == 11  # the ids of the last 10 s, and the one at its edge
+
+
+async def test_literal_and_wildcard_subscribers_are_served_in_subscription_order() -> None:
+    k = SimKernel()
+    bus = MemoryBus(k)
+    order: list[str] = []
+    for name, pattern in [("first", subjects.CYCLE_STARTED), ("second", "loom.>"),
+                          ("third", subjects.CYCLE_STARTED), ("other", "loom.jobs.submit")]:
+        async def handler(env: Envelope, name: str = name) -> None:
+            order.append(name)
+
+        await bus.subscribe(pattern, handler, durable=name)
+    await bus.publish(subjects.CYCLE_STARTED, _env("e0"))
+    await k.run()
+    assert order == ["first", "second", "third"]
