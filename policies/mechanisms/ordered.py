@@ -73,10 +73,11 @@ class OrderedPolicy(Policy):
         return sorted((self.key(v), v.job_id) for v in snap.running)
 
     def running_stays(self, snap: Snapshot) -> bool:
-        if not snap.running:
+        heads = [b[0] for b in self._buckets.values() if b]
+        if not heads or not snap.running:
             return True
-        top = max((self.key(v), v.job_id) for v in snap.running)
-        return all(b[0] > top for b in self._buckets.values() if b)
+        first = min(heads)
+        return all((self.key(v), v.job_id) < first for v in snap.running)
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         if snap.in_place:
