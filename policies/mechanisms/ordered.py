@@ -73,6 +73,7 @@ class OrderedPolicy(Policy):
         return sorted((self.key(v), v.job_id) for v in snap.running)
 
     def running_stays(self, snap: Snapshot) -> bool:
+        # Exact for the plain walk below; a subclass that plans otherwise says False (Tiresias).
         heads = [b[0] for b in self._buckets.values() if b]
         if not heads or not snap.running:
             return True
