@@ -1,4 +1,5 @@
-"""Simulation at production scale: wall, CPU, µs of CPU per event, jobs/s and peak RSS.
+"""Simulation at production scale: wall, CPU, µs of CPU per event, events/s and jobs/s (of CPU
+time) and peak RSS.
 
 Each run is a fresh process (peak RSS is the run's own; CPU time is the simulation's own,
 steadier than wall time on a shared VM) that builds its trace
@@ -116,7 +117,7 @@ def main() -> None:
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, source {args.source}, seed {args.seed}")
     print(f"{'policy':<22} {'jobs':>9} {'GPUs':>7} {'wall s':>8} {'CPU s':>8} {'events':>10} "
-          f"{'µs/event':>9} {'jobs/s':>8} {'RSS MB':>7} {'finished':>9}  digest")
+          f"{'µs/event':>9} {'events/s':>9} {'jobs/s':>8} {'RSS MB':>7} {'finished':>9}  digest")
     for policy in args.policies.split(","):
         for jobs in (int(x) for x in args.jobs.split(",")):
             for gpus in (int(x) for x in args.gpus.split(",")):
@@ -127,7 +128,8 @@ def main() -> None:
                     continue
                 wall, cpu, events = float(r["wall_s"]), float(r["cpu_s"]), int(r["events"])
                 print(f"{policy:<22} {r['jobs']:>9} {r['gpus']:>7} {wall:>8.1f} {cpu:>8.1f} "
-                      f"{events:>10} {cpu / events * 1e6:>9.1f} {r['jobs'] / cpu:>8.0f} "
+                      f"{events:>10} {cpu / events * 1e6:>9.1f} {events / cpu:>9.0f} "
+                      f"{r['jobs'] / cpu:>8.0f} "
                       f"{float(r['peak_rss_mb']):>7.0f} {r['finished']:>9}  "
                       f"{str(r['decision_digest'])[:12]}", flush=True)
 

@@ -1,0 +1,25 @@
+"""bench/scale.py runs each size in its own process and prints one row per run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_small_overlay_prints_its_row_with_the_runs_figures() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "scale.py"), "--policies", "fifo,srtf",
+         "--jobs", "120", "--gpus", "16,64"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, check=True)
+    rows = [line.split() for line in done.stdout.splitlines()
+            if line.split() and line.split()[0] in ("fifo", "srtf")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("fifo", "120", "16"), ("fifo", "120", "64"), ("srtf", "120", "16"), ("srtf", "120", "64")]
+    for r in rows:
+        events, per_event, per_s = int(r[5]), float(r[6]), float(r[7])
+        assert events > 120 and per_event > 0
+        assert abs(per_event * per_s / 1e6 - 1) < 0.05  # µs per event and events/s agree
+        assert r[10] == "120"  # every job finished
