@@ -3,6 +3,7 @@ speaks only of jobs placed on it; its report is the truth and replaces the estim
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from domain import causes
@@ -15,6 +16,13 @@ from services.scheduler.jobs import JobRecord
 
 if TYPE_CHECKING:
     from services.scheduler.core import SchedulerCore
+
+
+@functools.cache
+def finished_on(node: str) -> Status:
+    """Every job finished on `node` has this status: one frozen object a node, not one a job
+    (a million finished jobs would otherwise each hold their own)."""
+    return Status(code=StatusCode.FINISHED, reason="completed", decided_by=node)
 
 
 def on_finished(core: SchedulerCore, msg: JobFinished, now: float) -> list[Effect]:
@@ -33,7 +41,7 @@ def on_finished(core: SchedulerCore, msg: JobFinished, now: float) -> list[Effec
     core.end_run(rec, msg.iterations_done, now)
     if msg.failure is not None:
         return faults.on_trainer_failed(core, rec, msg, now)
-    rec.status = Status(code=StatusCode.FINISHED, reason="completed", decided_by=msg.node_id)
+    rec.status = finished_on(msg.node_id)
     effects: list[Effect] = [core.transition(rec, JobState.FINISHED, cause, now)]
     return effects + core.request_cycle(now, "completion")
 
@@ -52,7 +60,7 @@ def _finished_while_requeued(core: SchedulerCore, msg: JobFinished, now: float
     core.faults.backoff.pop(msg.job_id, None)  # its retry, if any, is called off
     if msg.job_id in core.views:  # backing off: out of sight already
         core.hide(msg.job_id)
-    rec.status = Status(code=StatusCode.FINISHED, reason="completed", decided_by=msg.node_id)
+    rec.status = finished_on(msg.node_id)
     return [core.transition(rec, JobState.FINISHED, causes.COMPLETED_WHILE_REQUEUED, now),
             *core.request_cycle(now, "completion")]
 
