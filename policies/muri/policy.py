@@ -45,6 +45,7 @@ class Muri(Policy):
         self._rank: dict[str, int] = {}
         self._last: Plan | None = None
         self._topology: Topology | None = None
+        self._scratch: CyclePlacement | None = None  # an empty cluster to try sizes on
         self.slowdown = MURI_SLOWDOWN
 
     def configure(self, *, seed: int, round_s: float,
@@ -113,10 +114,14 @@ class Muri(Policy):
             by_size.setdefault(job.gpus, []).append(job.job_id)
         chosen = dict.fromkeys(by_size, 0)
         marked: set[str] = set()
-        if self._topology is None or self._topology.cluster is not snap.cluster:
-            self._topology = Topology(snap.cluster)
         scheme: Scheme = "yarn" if fit.scheme == "yarn" else "consolidated"
-        scratch = CyclePlacement(self._topology, scheme)
+        scratch = self._scratch
+        if (scratch is None or self._topology is None
+                or self._topology.cluster is not snap.cluster or scratch.scheme != scheme):
+            self._topology = Topology(snap.cluster)
+            scratch = self._scratch = CyclePlacement(self._topology, scheme)
+        else:
+            scratch.next_cycle()  # an empty cluster again, resetting only what was placed
         for job in ranked:
             if scratch.free_gpus == 0:
                 break
