@@ -3,7 +3,9 @@ one from the wire is validated into a new spec (schemas/job.py, SubmitJob)."""
 
 from __future__ import annotations
 
-from schemas.codec import decode, encode
+import pytest
+
+from schemas.codec import CodecError, decode, decode_submission, encode
 from schemas.events import envelope
 from schemas.job import SubmitJob
 from tests.builders import make_job
@@ -24,3 +26,11 @@ def test_a_submission_from_the_wire_is_validated_into_a_new_equal_spec() -> None
     assert isinstance(wire, SubmitJob)
     got = wire.to_spec("ignored", now=99.0)
     assert got == spec and got is not spec
+
+
+def test_a_submitter_cannot_smuggle_a_spec_past_validation() -> None:
+    """The in-process origin is private: a payload naming it is refused, not trusted."""
+    payload = (b'{"model": "resnet18", "gpus": 1, "iterations": 10, "iteration_time_s": 1,'
+               b' "_spec": {"job_id": "x", "gpus": 100000}}')
+    with pytest.raises(CodecError, match="_spec: Extra inputs are not permitted"):
+        decode_submission(payload, fallback_id="f", now=0.0, producer="p")
