@@ -31,12 +31,12 @@ import sys
 from typing import Any
 
 CHILD = r"""
-import asyncio, json, math, sys, time
+import asyncio, itertools, json, math, sys, time
 from loom.simulate import SimConfig, run_simulation
 from schemas.cluster import ClusterSpec
 from traces import load_cluster, load_trace
 
-source, policy, jobs, gpus, seed, lam, round_s = sys.argv[1:8]
+source, policy, jobs, gpus, seed, lam, round_s, stream = sys.argv[1:9]
 jobs, gpus, seed, lam = int(jobs), int(gpus), int(seed), float(lam)
 round_s = float(round_s) if round_s != "-" else None
 t0 = time.perf_counter()
@@ -44,9 +44,11 @@ profile, overhead = None, "none"
 if source.startswith("overlay:"):
     base = load_trace(source.split(":", 1)[1])
     copies = math.ceil(jobs / len(base.jobs))
-    # Copies of each job one after the other: still in submission order.
-    specs = [j.model_copy(update={"job_id": f"{j.job_id}-c{k}"}) if k else j
-             for j in base.jobs for k in range(copies)][:jobs]
+    # Copies of each job one after the other: still in submission order. Streamed, each copy
+    # is made as the injector reaches it (its cost is then in the run's CPU time).
+    specs = (j.model_copy(update={"job_id": f"{j.job_id}-c{k}"}) if k else j
+             for j in base.jobs for k in range(copies))
+    specs = itertools.islice(specs, jobs) if stream == "1" else list(specs)[:jobs]
     node = load_cluster("n8g8").nodes[0]
     nodes = max(1, gpus // node.gpus)
     per_switch = max(d for d in range(1, 9) if nodes % d == 0)  # exactly `gpus` GPUs
@@ -76,20 +78,20 @@ else:
     raise SystemExit(f"unknown source {source!r}: overlay:TRACE, gavel or elasticflow")
 built = time.perf_counter() - t0
 cfg = SimConfig(policy=policy, jobs=specs, cluster=cluster, trace_name=name, overhead=overhead,
-                profile=profile, round_s=round_s, seed=seed)
+                profile=profile, round_s=round_s, seed=seed, job_count=jobs)
 cpu0 = time.process_time()
 summary = asyncio.run(run_simulation(cfg)).summary
 print(json.dumps({"build_s": built, "cpu_s": time.process_time() - cpu0,
-                  "gpus": cluster.total_gpus, "jobs": len(specs),
+                  "gpus": cluster.total_gpus, "jobs": cfg.total_jobs,
                   **{k: summary[k] for k in ("wall_s", "events", "cycles", "peak_rss_mb",
                                              "finished", "avg_jct_s", "decision_digest")}}))
 """
 
 
 def run(source: str, policy: str, jobs: int, gpus: int, seed: int, lam: float,
-        round_s: float | None, timeout_s: float) -> dict[str, Any]:
+        round_s: float | None, timeout_s: float, stream: bool = False) -> dict[str, Any]:
     argv = [sys.executable, "-c", CHILD, source, policy, str(jobs), str(gpus), str(seed),
-            str(lam), "-" if round_s is None else str(round_s)]
+            str(lam), "-" if round_s is None else str(round_s), "1" if stream else "0"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -113,16 +115,21 @@ def main() -> None:
                     help="generators: mean seconds between arrivals (default 60)")
     ap.add_argument("--round-s", type=float, help="round length (makes a policy round-based)")
     ap.add_argument("--timeout-s", type=float, default=1800.0, help="per run (default 1800)")
+    ap.add_argument("--stream", action="store_true",
+                    help="overlay: hand the run its jobs as a stream, each copy made as it is "
+                         "submitted (memory stays with the active jobs; CPU s then includes "
+                         "making the copies)")
     args = ap.parse_args()
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
-          f"Python {platform.python_version()}, source {args.source}, seed {args.seed}")
+          f"Python {platform.python_version()}, source {args.source}, seed {args.seed}"
+          f"{', streamed' if args.stream else ''}")
     print(f"{'policy':<22} {'jobs':>9} {'GPUs':>7} {'wall s':>8} {'CPU s':>8} {'events':>10} "
           f"{'µs/event':>9} {'events/s':>9} {'jobs/s':>8} {'RSS MB':>7} {'finished':>9}  digest")
     for policy in args.policies.split(","):
         for jobs in (int(x) for x in args.jobs.split(",")):
             for gpus in (int(x) for x in args.gpus.split(",")):
                 r = run(args.source, policy, jobs, gpus, args.seed, args.lam, args.round_s,
-                        args.timeout_s)
+                        args.timeout_s, args.stream)
                 if "error" in r:
                     print(f"{policy:<22} {jobs:>9} {gpus:>7}  {r['error']}")
                     continue

@@ -118,7 +118,7 @@ def run_one(spec: RunSpec, progress: bool = False) -> SimResult:
     if not progress:
         return asyncio.run(run_simulation(cfg))
     with _progress_bar() as bar:
-        task = bar.add_task(spec.policy, total=len(cfg.jobs), note=_note(0.0))
+        task = bar.add_task(spec.policy, total=cfg.total_jobs, note=_note(0.0))
 
         def update(done: int, total: int, now: float) -> None:
             bar.update(task, completed=done, note=_note(now))

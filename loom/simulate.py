@@ -10,7 +10,7 @@ import contextlib
 import gc
 import resource
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -38,7 +38,8 @@ BusKind = Literal["memory", "nats"]
 @dataclass(frozen=True)
 class SimConfig:
     policy: str
-    jobs: Sequence[JobSpec]
+    # A sequence is sorted by submission time; any other iterable is streamed, in that order.
+    jobs: Iterable[JobSpec]
     cluster: ClusterSpec
     trace_name: str = "trace"
     overhead: str = "none"
@@ -53,6 +54,12 @@ class SimConfig:
     stop_after: frozenset[str] | None = None
     log: Path | None = None  # write the run's event log here (see loom.eventlog)
     tenants: TenantsConfig | None = None  # quotas and fair share; None: no limits
+    job_count: int | None = None  # how many `jobs` stream in, where known (for progress)
+
+    @property
+    def total_jobs(self) -> int:
+        """How many jobs the run is given (0 for a stream of unknown length)."""
+        return len(self.jobs) if isinstance(self.jobs, Sized) else self.job_count or 0
 
 
 @dataclass
@@ -88,7 +95,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
     try:
         for shell in shells:
             await shell.start()
-        total = len(cfg.jobs)
+        total = cfg.total_jobs
 
         def tick() -> None:
             if progress is not None:
@@ -104,6 +111,8 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
         with _collector_tuned():
             await kernel.run(progress=tick if progress else None, stop=stop)
         tick()
+        if injector.error is not None:  # what arrived ran; the rest of the trace is unread
+            raise ValueError(injector.error)
         ran = True
     finally:
         await bus.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +90,7 @@ def view(spec: JobSpec, running: bool = False, done: float = 0.0, attained: floa
     return JobView.make(spec, running, done, attained)
 
 
-def simulate(jobs: list[JobSpec], policy: str, cl: ClusterSpec | None = None,
+def simulate(jobs: Iterable[JobSpec], policy: str, cl: ClusterSpec | None = None,
              **kwargs: Any) -> SimResult:
     cfg = SimConfig(policy=policy, jobs=jobs, cluster=cl or cluster(), **kwargs)
     return asyncio.run(run_simulation(cfg))

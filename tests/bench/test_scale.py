@@ -23,3 +23,17 @@ def test_a_small_overlay_prints_its_row_with_the_runs_figures() -> None:
         assert events > 120 and per_event > 0
         assert abs(per_event * per_s / 1e6 - 1) < 0.05  # µs per event and events/s agree
         assert r[10] == "120"  # every job finished
+
+
+def test_a_streamed_overlay_decides_as_the_listed_one() -> None:
+    def digest(*extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(REPO / "bench" / "scale.py"), "--policies", "srtf",
+             "--jobs", "300", "--gpus", "32", *extra],
+            capture_output=True, text=True, timeout=300, cwd=REPO, check=True)
+        (row,) = [line.split() for line in done.stdout.splitlines()
+                  if line.startswith("srtf")]
+        assert row[10] == "300"
+        return row[11]
+
+    assert digest("--stream") == digest()
