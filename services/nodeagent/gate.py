@@ -36,7 +36,9 @@ class CommandGate:
             # The rest of a gang whose leader finished it is done here for good; a reconcile
             # stop (a heartbeat named a run the scheduler no longer places here) is not: the
             # job may well be launched here again.
-            self.finished.update(s.job_id for s in cmd.stops if s.reason == STOP_GANG_FINISHED)
+            for s in cmd.stops:
+                if s.reason == STOP_GANG_FINISHED:
+                    self.finish(s.job_id)
             return cmd
         if self.handled is None or key > self.handled:
             self.handled = key
@@ -53,4 +55,7 @@ class CommandGate:
         return cmd.model_copy(update={"stops": stops, "launches": launches})
 
     def finish(self, job_id: str) -> None:
+        """`job_id` is done here for good: its launches are refused from now on, so its latest
+        launch need not be remembered (a stop of it finds nothing to stop)."""
         self.finished.add(job_id)
+        self.launched.pop(job_id, None)

@@ -270,6 +270,7 @@ class SchedulerCore(CoreDefaults):
         return effects + self._plan(now)
 
     def _plan(self, now: float) -> list[Effect]:
+        self.jobs.pack_ended()
         running_views = []
         # Admission order, not start order: policies that visit running jobs one by one (e.g.
         # Tiresias demotions) must not depend on when a job last resumed.

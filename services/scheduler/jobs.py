@@ -21,12 +21,6 @@ from schemas.status import Status
 from services.runtime.effects import Publish
 from services.scheduler.lifecycle import Transition, check
 
-# Every distinct set of nodes jobs have run on, once: a record keeps its set for good (a late
-# report of a finished job is checked against it), and a million jobs on a few nodes each
-# would otherwise hold a million copies of a few sets.
-_HOST_SETS: dict[frozenset[str], frozenset[str]] = {}
-
-
 @dataclass(slots=True)
 class JobRecord:
     spec: JobSpec
@@ -49,15 +43,14 @@ class JobRecord:
     launched_by: tuple[int, int] | None = None  # (term, cycle) of the plan of its current run
     unseen: int = 0  # heartbeats since then that should have listed its run and did not
     confirmed: bool = False  # its node has shown the current run (heartbeat, progress, end)
-    hosts: frozenset[str] = frozenset()  # every node it has been placed on: the only ones
-    # whose word about it counts
+    hosts: tuple[str, ...] = ()  # every node it has been placed on, sorted: the only ones
+    # whose word about it counts (kept for good, so a tuple: a quarter of a frozenset's size)
 
     def place(self, slots: GpuSlots) -> None:
         self.placement = slots
-        nodes = {n for n, _ in slots}
-        if not nodes <= self.hosts:
-            hosts = self.hosts.union(nodes)
-            self.hosts = _HOST_SETS.setdefault(hosts, hosts)
+        hosts = self.hosts
+        if any(n not in hosts for n, _ in slots):
+            self.hosts = tuple(sorted({*hosts, *(n for n, _ in slots)}))
 
     def unplace(self) -> None:
         """Off its GPUs (stopped, requeued, failed): no placement, group or run estimate."""
@@ -77,19 +70,64 @@ def admission_order(rec: JobRecord) -> int:
     return rec.admitted
 
 
+@dataclass(slots=True)
+class _Ended:
+    """A job's record once it has ended (finished, failed, rejected), packed: a record keeps
+    its spec (about 1.7 kB as a model) for as long as the table lasts, and a million-job run
+    would hold them all. The spec is kept as its JSON (about 200 bytes), the rest as is;
+    nothing here changes again, since an ended job makes no more transitions."""
+
+    spec_json: bytes
+    admitted: int
+    state: JobState
+    iterations_done: float
+    attained_s: float
+    accounted_at: float
+    placement: GpuSlots
+    preemptions: int
+    started_at: float | None
+    ended_at: float | None
+    status: Status | None
+    last: Transition | None
+    hosts: tuple[str, ...]
+
+    @classmethod
+    def pack(cls, rec: JobRecord) -> _Ended:
+        assert rec.state is not None
+        return cls(rec.spec.model_dump_json(exclude_defaults=True).encode(), rec.admitted,
+                   rec.state, rec.iterations_done, rec.attained_s, rec.accounted_at,
+                   rec.placement, rec.preemptions, rec.started_at, rec.ended_at, rec.status,
+                   rec.last, rec.hosts)
+
+    def unpack(self) -> JobRecord:
+        """The record as it was when it ended (a copy: changing it changes nothing)."""
+        return JobRecord(
+            spec=JobSpec.model_validate_json(self.spec_json), admitted=self.admitted,
+            state=self.state, iterations_done=self.iterations_done,
+            reported=self.iterations_done, attained_s=self.attained_s,
+            accounted_at=self.accounted_at, placement=self.placement,
+            preemptions=self.preemptions, started_at=self.started_at, ended_at=self.ended_at,
+            status=self.status, last=self.last, hosts=self.hosts)
+
+
 class JobTable(Mapping[str, JobRecord]):
     """The records (by job id, in admission order), the running ones, the jobs an operator
     suspended, and each tenant's count of waiting jobs (for its quota)."""
 
     def __init__(self) -> None:
-        self._records: dict[str, JobRecord] = {}
+        self._records: dict[str, JobRecord | _Ended] = {}
+        self._ended: list[str] = []  # jobs that ended since their records were last packed
         self.running: dict[str, JobRecord] = {}  # change it through the methods below
         self._moves: set[str] = set()  # jobs that started, stopped or moved since asked
         self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
         self._waiting: Counter[str] = Counter()  # queued or preempted jobs, by tenant
 
     def __getitem__(self, job_id: str) -> JobRecord:
-        return self._records[job_id]
+        rec = self._records[job_id]
+        return rec if type(rec) is JobRecord else rec.unpack()  # type: ignore[union-attr]
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._records
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._records)
@@ -99,6 +137,15 @@ class JobTable(Mapping[str, JobRecord]):
 
     def waiting(self, tenant: str) -> int:
         return self._waiting[tenant]
+
+    def pack_ended(self) -> None:
+        """Pack the records of the jobs that ended since the last call. Not at the transition
+        itself: the handler that ends a job may still be writing its record."""
+        for job_id in self._ended:
+            rec = self._records[job_id]
+            if type(rec) is JobRecord and rec.state is not None and rec.state.terminal:
+                self._records[job_id] = _Ended.pack(rec)
+        self._ended = []
 
     def add(self, spec: JobSpec, now: float, status: Status | None = None) -> JobRecord:
         """A new record (admitted, or refused with `status`), next in admission order."""
@@ -135,6 +182,8 @@ class JobTable(Mapping[str, JobRecord]):
         self._count_waiting(rec.spec.tenant, rec.state, state)
         rec.last = Transition(now, rec.state, state, cause)
         previous, rec.state = rec.state, state
+        if state.terminal:
+            self._ended.append(rec.spec.job_id)
         running = state is JobState.RUNNING
         return Publish(subjects.JOB_TRANSITION, JobTransition(
             job_id=rec.spec.job_id, state=state, previous=previous, cause=cause.text,
@@ -148,7 +197,7 @@ class JobTable(Mapping[str, JobRecord]):
     def restore(self, t: JobTransitionV1, at: float) -> bool:
         """Redo a published transition on the table (a scheduler rebuilt from the stream);
         False if it has nothing to restore (a job rejected before it had a valid spec)."""
-        rec = self._records.get(t.job_id)
+        rec = self.get(t.job_id)  # records are packed by cycles, which a rebuild runs after
         if rec is None:
             if t.spec is None:
                 return False
@@ -175,12 +224,13 @@ class JobTable(Mapping[str, JobRecord]):
         if t.state.terminal:
             rec.status, rec.ended_at = t.status, at
             self.held.discard(t.job_id)
+            self._ended.append(t.job_id)
         return True
 
     def check_host(self, job_id: str, node: str) -> None:
         """A node speaks only of jobs placed on it (now or before): anything else is forged
         or misrouted, and raises (the shell dead-letters the event with this reason)."""
-        rec = self._records.get(job_id)
+        rec = self._records.get(job_id)  # a packed record keeps its hosts too
         if rec is None:
             raise ValueError(f"node {node} reports on job {job_id!r}, which the scheduler does "
                              "not know")

@@ -145,6 +145,27 @@ def test_another_job_under_a_taken_id_is_refused_with_the_reason() -> None:
     assert core.jobs["a"].spec == first
 
 
+@pytest.mark.parametrize(("gpus", "taken"), [(2, True), (4, False)])
+def test_a_finished_job_s_id_is_still_taken_once_its_record_is_packed(gpus: int, taken: bool
+                                                                      ) -> None:
+    """The cycle after a job ends packs its record; a resubmission is still compared with it:
+    the same job again is a no-op, another one under its id is refused."""
+    core = _core()
+    spec = make_job("a").gpus(2).runs_for(10).build()
+    _submit(core, spec, 0.0)
+    core.on_timer("cycle", 0.0)
+    _deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=10), 10.0)
+    core.on_timer("cycle", 10.0)  # packs it
+    again = make_job("a").gpus(gpus).runs_for(10).build()
+    if taken:
+        assert _submit(core, again, 20.0) == []
+    else:
+        with pytest.raises(ValueError, match="duplicate job id 'a': a different job"):
+            _submit(core, again, 20.0)
+    assert core.jobs["a"].spec == spec
+    assert core.status("a").code is StatusCode.FINISHED
+
+
 def test_too_large_and_invalid_jobs_are_rejected_with_a_reason() -> None:
     core = _core(nodes=1, gpus=4)
     (t,) = _published(_submit(core, make_job("big").gpus(8).build(), 0.0), JobTransition)

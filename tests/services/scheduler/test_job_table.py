@@ -1,0 +1,94 @@
+"""The job table packs the records of ended jobs (a million-job run keeps them all) without
+losing what status queries, late reports and resubmissions read from them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from domain import causes
+from schemas.job import JobSpec, JobState
+from schemas.status import Status, StatusCode
+from services.scheduler.jobs import JobRecord, JobTable
+from tests.builders import make_job
+from traces import load_trace
+
+_FIELDS = ("admitted", "state", "iterations_done", "attained_s", "accounted_at", "placement",
+           "preemptions", "started_at", "ended_at", "status", "last", "hosts", "spec")
+
+
+def _finished(table: JobTable, spec: JobSpec) -> JobRecord:
+    rec = table.add(spec, 0.0)
+    table.transition(rec, JobState.QUEUED, causes.ADMITTED, 0.0)
+    rec.place((("n0", (0, 1)),))
+    table.set_running(rec)
+    table.transition(rec, JobState.RUNNING, causes.STARTED, 1.0)
+    rec.iterations_done, rec.attained_s, rec.started_at = 100.0, 99.0, 1.0
+    table.clear_running(spec.job_id)
+    rec.ended_at = 100.0
+    rec.status = Status(code=StatusCode.FINISHED, reason="finished on n0", decided_by="n0")
+    table.transition(rec, JobState.FINISHED, causes.COMPLETED, 100.0)
+    return rec
+
+
+def test_an_ended_record_reads_back_as_it_was_once_packed() -> None:
+    table = JobTable()
+    rec = _finished(table, make_job("a").gpus(2).build())
+    before = {f: getattr(rec, f) for f in _FIELDS}
+    assert table["a"] is rec  # not packed until asked: its handler may still be writing it
+    table.pack_ended()
+    after = table["a"]
+    assert after is not rec  # a copy, unpacked on demand
+    assert {f: getattr(after, f) for f in _FIELDS} == before
+    assert "a" in table and "b" not in table and list(table) == ["a"]
+
+
+@pytest.mark.parametrize(("node", "error"), [
+    ("n0", None),
+    ("n1", "never placed there"),
+])
+def test_a_packed_record_still_knows_its_hosts(node: str, error: str | None) -> None:
+    table = JobTable()
+    _finished(table, make_job("a").build())
+    table.pack_ended()
+    if error is None:
+        table.check_host("a", node)
+    else:
+        with pytest.raises(ValueError, match=error):
+            table.check_host("a", node)
+
+
+def test_active_and_waiting_records_are_not_packed() -> None:
+    table = JobTable()
+    _finished(table, make_job("a").build())
+    waiting = table.add(make_job("b").build(), 0.0)
+    table.transition(waiting, JobState.QUEUED, causes.ADMITTED, 0.0)
+    table.pack_ended()
+    assert table["b"] is waiting
+    assert [table[j].admitted for j in table] == [0, 1]  # admission order kept
+
+
+@pytest.mark.parametrize("trace", [
+    "muri/trace1", "tiresias/60_job", "elasticflow/resnet_cifar", "itp/cluster10",
+    "pollux/workload-8", "gavel/msr/ee9e8c", "gavel/physical/small_test",
+])
+def test_every_bundled_format_s_specs_survive_packing(trace: str) -> None:
+    """Equal specs after the JSON round trip: a resubmission is compared with the unpacked
+    one, and status rows read it."""
+    for spec in load_trace(trace).jobs[:200]:
+        assert JobSpec.model_validate_json(spec.model_dump_json(exclude_defaults=True)) == spec
+
+
+@settings(max_examples=200, deadline=None)
+@given(iterations=st.integers(1, 10**12), step=st.floats(1e-9, 1e6, allow_nan=False),
+       submit=st.floats(0, 1e11, allow_nan=False), gpus=st.integers(1, 4096),
+       weight=st.floats(1e-6, 1e6, allow_nan=False))
+def test_any_spec_survives_packing(iterations: int, step: float, submit: float, gpus: int,
+                                   weight: float) -> None:
+    spec = (make_job("j").gpus(gpus).iterations(iterations).iteration_time(step).submit(submit)
+            .weight(weight).build())
+    table = JobTable()
+    _finished(table, spec)
+    table.pack_ended()
+    assert table["j"].spec == spec
