@@ -21,6 +21,7 @@ from schemas.status import Status
 from services.runtime.effects import Publish
 from services.scheduler.lifecycle import Transition, check
 
+
 @dataclass(slots=True)
 class JobRecord:
     spec: JobSpec
