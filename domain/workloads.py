@@ -30,3 +30,11 @@ def for_trace_model(name: str) -> str | None:
         if key.startswith(prefix):
             return family
     return None
+
+
+def trace_prefixes() -> dict[str, tuple[str, ...]]:
+    """Family → the lower-cased model-name prefixes that run as it (`loom models`)."""
+    out: dict[str, tuple[str, ...]] = {family: () for family in FAMILIES}
+    for prefix, family in _TRACE_PREFIXES:
+        out[family] += (prefix,)
+    return out

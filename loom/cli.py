@@ -4,8 +4,10 @@
     loom compare    run several policies on the same trace, in parallel, and print one table
     loom sweep      avg JCT against input job rate, policies × rates × seeds (Gavel's method)
     loom gen-trace  write a synthetic trace drawn as Gavel's or ElasticFlow's generator draws it
+    loom gen-tenants write a tenants file from a production trace (Helios VC quotas, GPU time)
     loom policies   list the registered policies
-    loom traces     list the bundled traces and clusters
+    loom traces     list the bundled traces and clusters, and the production trace formats
+    loom models     list the models a job may name, with their throughput profiles
     loom replay     check an event log against fresh cores, or what-if another policy
     loom log export write a live JetStream stream as an event log file
     loom profile    measure workloads with the real trainer: throughput tables, stage times,
@@ -28,7 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import policies
-from loom import live_args, sim_cli, synth_cli
+from loom import live_args, models_cli, sim_cli, synth_cli, trace_cli
 from loom.cli_common import err, out, overhead, positive
 from loom.profile import add_profile_command, cmd_profile
 from loom.replay import commands as replay_cli
@@ -45,9 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sim_cli.add_commands(sub)  # sim, compare
     synth_cli.add_commands(sub)  # sweep, gen-trace
+    trace_cli.add_commands(sub)  # gen-tenants
     add_profile_command(sub)
     sub.add_parser("policies", help="list registered policies")
-    sub.add_parser("traces", help="list bundled traces and clusters")
+    sub.add_parser("traces", help="list bundled traces and clusters, and the production "
+                                  "trace formats and clusters with their sources")
+    models_cli.add_command(sub)
     live_args.add_live_commands(sub, positive, overhead)
     replay_cli.add_commands(sub, positive, overhead)
     return parser
@@ -71,6 +76,8 @@ def cmd_traces(_: argparse.Namespace) -> int:
         table.add_row(t.name, t.format, t.description)
     out.print(table)
     out.print("Clusters: " + ", ".join(bundled_clusters()))
+    out.print(trace_cli.formats_table())
+    out.print(trace_cli.clusters_table())
     return 0
 
 
@@ -90,8 +97,9 @@ def _from_nats(exc: Exception) -> bool:
     return errors is not None and isinstance(exc, errors.Error)
 
 
-COMMANDS = {**sim_cli.COMMANDS, **synth_cli.COMMANDS, "policies": cmd_policies,
-            "traces": cmd_traces, "profile": cmd_profile,
+COMMANDS = {**sim_cli.COMMANDS, **synth_cli.COMMANDS, **trace_cli.COMMANDS,
+            "policies": cmd_policies,
+            "traces": cmd_traces, "profile": cmd_profile, **models_cli.COMMANDS,
             **{name: _live(name) for name in live_args.COMMANDS}, **replay_cli.COMMANDS}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import tempfile
 import time
 import urllib.request
@@ -29,7 +30,7 @@ from loom.versions import running_versions
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.codec import decode
-from schemas.events import TrainerReport
+from schemas.events import JobTransitionV1, TrainerReport
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_live import ensure_stream
 from services.runtime.natsserver import free_port
@@ -57,31 +58,81 @@ ROUND_S = 5.0  # SRTF re-plans in short rounds: preemptions come at round bounda
 ITERATION_S = 0.05  # the submission's speed estimate (SRTF orders by it until reports arrive)
 
 
-async def run_demo(out: Path | None, console: Console, timeout_s: float) -> int:
+async def run_demo(out: Path | None, console: Console, timeout_s: float,
+                   log_level: str = "warning") -> int:
+    """The whole demo, bounded by `timeout_s` from start to summary; SIGINT and SIGTERM stop
+    it, and either way its processes and temporary folders are gone when it returns."""
+    deadline = time.monotonic() + timeout_s
+    log_file = (out or Path("runs") / "demo") / "loom-demo.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.write_bytes(b"")
+    console.print(f"loom demo: services' and trainers' output goes to {log_file}")
+    signalled: list[signal.Signals] = []
+    main = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+
+    def interrupt(sig: signal.Signals) -> None:
+        if not signalled and main is not None:  # once: a second Ctrl-C must not cut cleanup
+            main.cancel()
+        signalled.append(sig)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt, sig)
     tmp = tempfile.TemporaryDirectory(prefix="loom-demo-")
-    cluster = ClusterSpec.uniform(1, 2, 2, gpu_type="fake", name="demo")
-    spec = Path(tmp.name) / "cluster.json"
-    spec.write_text(cluster.model_dump_json())
-    port = free_port()
-    ready, stop = asyncio.Event(), asyncio.Event()
-    opts = UpOptions(cluster, str(spec), policy="srtf", round_s=ROUND_S, trainers="pytorch",
-                     gpus_per_node=2, state_dir=Path(tmp.name), prometheus_port=port)
-    url_box: list[str] = []
-    cluster_task = asyncio.create_task(up(opts, ready=ready, stop=stop, url_out=url_box))
+    stop = asyncio.Event()
+    cluster_task: asyncio.Task[int] | None = None
+    summary: dict[str, Any] | None = None
+    code = 1
     try:
-        await asyncio.wait_for(_first(ready, cluster_task), 120)
-        summary = await _drive(url_box[0], port, console, timeout_s)
+        cluster = ClusterSpec.uniform(1, 2, 2, gpu_type="fake", name="demo")
+        spec = Path(tmp.name) / "cluster.json"
+        spec.write_text(cluster.model_dump_json())
+        port = free_port()
+        ready = asyncio.Event()
+        opts = UpOptions(cluster, str(spec), policy="srtf", round_s=ROUND_S,
+                         trainers="pytorch", gpus_per_node=2, state_dir=Path(tmp.name),
+                         prometheus_port=port, nats_port=None, log_file=log_file,
+                         log_level=log_level, announce=False)
+        url_box: list[str] = []
+        cluster_task = asyncio.create_task(up(opts, ready=ready, stop=stop, url_out=url_box))
+        try:
+            await asyncio.wait_for(_first(ready, cluster_task), _left(deadline))
+        except TimeoutError:
+            console.print(f"[red]loom demo:[/red] the local cluster did not come up within "
+                          f"{timeout_s:g} s (--timeout); see {log_file}")
+            return 1
+        summary = await _drive(url_box[0], port, console, deadline, log_file)
+    except asyncio.CancelledError:
+        if not signalled or main is None:
+            raise
+        main.uncancel()  # our own cancellation, taken: the cleanup below awaits
     finally:
         stop.set()
-        code = await cluster_task
+        if cluster_task is not None:
+            code = await cluster_task
         tmp.cleanup()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    if signalled:
+        console.print(f"loom demo: stopped by {signalled[0].name}; everything it started is "
+                      f"gone (output in {log_file})")
+        return 128 + int(signalled[0])
+    assert summary is not None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         summary["versions"] = running_versions()  # the local cluster runs this installation
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         console.print(f"wrote {out / 'summary.json'}")
+    if not summary["all_finished"]:
+        console.print(f"[red]loom demo:[/red] not every job finished within {timeout_s:g} s "
+                      f"(--timeout); see {log_file}")
     ok = summary["all_finished"] and code == 0
     return 0 if ok else 1
+
+
+def _left(deadline: float) -> float:
+    """Seconds until `deadline` (at least a little, so a last request can be made)."""
+    return max(0.5, deadline - time.monotonic())
 
 
 async def _first(ready: asyncio.Event, task: asyncio.Task[int]) -> None:
@@ -92,8 +143,20 @@ async def _first(ready: asyncio.Event, task: asyncio.Task[int]) -> None:
         raise RuntimeError(f"the local cluster did not come up (exit {task.result()})")
 
 
-async def _drive(url: str, prometheus_port: int, console: Console,
-                 timeout_s: float) -> dict[str, Any]:
+def failure_line(t: JobTransitionV1, log_file: Path) -> str | None:
+    """One console line for a failed run of a job (retried, or the job failed; the trainer's
+    traceback is in the log), else None."""
+    why = t.why()
+    if why.kind not in ("retry", "failed"):
+        return None
+    text = why.text.splitlines()[0] if why.text else "failed"
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return f"{t.job_id}: {text} (traceback in {log_file})"
+
+
+async def _drive(url: str, prometheus_port: int, console: Console, deadline: float,
+                 log_file: Path) -> dict[str, Any]:
     nc = await nats.connect(url)
     reports: dict[str, list[TrainerReport]] = {j.job_id: [] for j in BATCH}
 
@@ -102,12 +165,21 @@ async def _drive(url: str, prometheus_port: int, console: Console,
         if isinstance(body, TrainerReport) and body.job_id in reports:
             reports[body.job_id].append(body)
 
+    async def on_transition(msg: Any) -> None:
+        body = decode(msg.data).body
+        if isinstance(body, JobTransitionV1):
+            line = failure_line(body, log_file)
+            if line is not None:
+                console.print(line, style="yellow", highlight=False, markup=False)
+
     await nc.subscribe(subjects.JOB_PROGRESS, cb=on_report)
+    await nc.subscribe(subjects.JOB_TRANSITION, cb=on_transition)
     js = nc.jetstream()
     await ensure_stream(js)
     for job in BATCH:
         if job.wave == 1:
-            await _trained(reports, WAVE_AFTER, [j.job_id for j in BATCH if j.wave == 0])
+            await _trained(reports, WAVE_AFTER, [j.job_id for j in BATCH if j.wave == 0],
+                           deadline)
         body = {"job_id": job.job_id, "model": job.model, "gpus": job.gpus,
                 "iterations": job.iterations, "iteration_time_s": ITERATION_S,
                 "tenant": "demo"}
@@ -116,11 +188,11 @@ async def _drive(url: str, prometheus_port: int, console: Console,
         console.print(f"submitted {job.job_id}: {job.model}, {job.gpus} GPU(s), "
                       f"{job.iterations} iterations")
     last = ""
-    deadline = time.monotonic() + timeout_s
     state: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+    while True:
         state = json.loads((await nc.request(control_subject("scheduler"), b"",
-                                             timeout=10)).data)
+                                             timeout=min(10.0, max(2.0, _left(deadline)))
+                                             )).data)
         view = _table(state)
         rows = " ".join(f"{j['job_id']}:{j['state']}" for j in state["jobs"])
         if rows != last:
@@ -129,9 +201,11 @@ async def _drive(url: str, prometheus_port: int, console: Console,
         if len(state["jobs"]) == len(BATCH) and all(
                 j["state"] == "finished" for j in state["jobs"]):
             break
-        await asyncio.sleep(1.0)
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(1.0, _left(deadline)))
     await asyncio.sleep(0.5)  # the last transitions reach the metrics service
-    metrics = json.loads((await nc.request(control_subject("metrics"), b"", timeout=10)).data)
+    metrics = json.loads((await nc.request(control_subject("metrics"), b"", timeout=5)).data)
     await nc.close()
     scrape = urllib.request.urlopen(
         f"http://127.0.0.1:{prometheus_port}/metrics", timeout=5).read().decode()
@@ -141,9 +215,8 @@ async def _drive(url: str, prometheus_port: int, console: Console,
 
 
 async def _trained(reports: dict[str, list[TrainerReport]], iterations: int,
-                   jobs: list[str], wait_s: float = 120.0) -> None:
-    """Until each of `jobs` has reported `iterations` (or `wait_s` passed)."""
-    deadline = time.monotonic() + wait_s
+                   jobs: list[str], deadline: float) -> None:
+    """Until each of `jobs` has reported `iterations` (or the demo's deadline passed)."""
     while time.monotonic() < deadline and not all(
             any(r.iteration >= iterations for r in reports[j]) for j in jobs):
         await asyncio.sleep(0.2)

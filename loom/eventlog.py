@@ -400,6 +400,10 @@ def _versions(obj: Any, path: Path) -> Versions | None:
 def read_log(path: Path | str) -> EventLog:
     """Read and check a whole log; raises EventLogError naming the first bad record."""
     path = Path(path)
+    if path.is_dir():
+        raise EventLogError(path, None, "is a directory, not an event log file (`loom sim "
+                                        "--log FILE` writes one; `loom compare --log DIR` "
+                                        "writes DIR/<policy>.eventlog.gz)")
     if not path.is_file():
         raise EventLogError(path, None, "no such file")
     reader = _Reader(path)

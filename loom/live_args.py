@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from loom import status_view
 from services.runtime.nats_auth import add_arguments as add_nats_auth
 from services.runtime.stream_limits import StreamLimits, parse_age, parse_bytes
 
@@ -120,7 +121,7 @@ def _age(text: str) -> float:
 
 def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     s = sub.add_parser("serve", help="run one service on a live cluster (its own process)")
-    s.add_argument("service", choices=SERVICES)
+    s.add_argument("service", choices=SERVICES, help="the service this process runs")
     s.add_argument("--cluster", required=True, help="bundled name, CSV or JSON cluster spec")
     s.add_argument("--gpus-per-server", default="4", help="with GPU counts: GPUs per server")
     s.add_argument("--policy", default="fifo", help="scheduler: policy (default fifo)")
@@ -133,7 +134,9 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                    help="cluster seconds per wall second, for simulated trainers (default 1)")
     s.add_argument("--origin", type=float,
                    help="Unix time at which cluster time 0 starts (default: use Unix time)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0,
+                   help="scheduler: seed for the policy's and the retries' randomness "
+                        "(default 0)")
     s.add_argument("--tenants", help="scheduler: tenants file (TOML or JSON): weight, "
                                      "max_gpus, max_queued per tenant (default: no limits)")
     s.add_argument("--prometheus-port", type=int,
@@ -191,10 +194,14 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     u.add_argument("--policy", default="fifo", help="scheduling policy (default fifo)")
     u.add_argument("--round-s", type=positive, help="re-plan every S seconds")
     u.add_argument("--tenants", help="tenants file for the scheduler (TOML or JSON)")
-    u.add_argument("--overhead", type=overhead, default="none")
+    u.add_argument("--overhead", type=overhead, default="none",
+                   help="preemption/restart cost of simulated trainers: none | muri | "
+                        "elasticflow | elasticflow-baseline | flat:SECONDS | profile:FILE "
+                        "(default none)")
     u.add_argument("--time-scale", type=positive, default=1.0,
                    help="cluster seconds per wall second for simulated trainers (default 1)")
-    u.add_argument("--log-level", default="warning")
+    u.add_argument("--log-level", default="warning",
+                   help="log level of `up` and the services it starts (default warning)")
     u.add_argument("--trainers", choices=("pytorch", "simulated"), default="pytorch",
                    help="local node agents run real PyTorch trainers (default) or simulated "
                         "ones (time-scaled)")
@@ -208,13 +215,18 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                    help="use this NATS server (default: start an embedded one)")
 
     m = sub.add_parser("submit", help="submit a job to a live cluster; prints its id")
-    m.add_argument("--model", required=True)
-    m.add_argument("--gpus", type=int, required=True)
-    m.add_argument("--iterations", type=int, required=True)
+    m.add_argument("--model", required=True,
+                   help="what the trainer runs: a workload family or a model name "
+                        "(`loom models` lists them); with --command, only a label")
+    m.add_argument("--gpus", type=int, required=True,
+                   help="GPUs the job needs at once (all or none: gang scheduling)")
+    m.add_argument("--iterations", type=int, required=True,
+                   help="training iterations; the job is done after this many")
     m.add_argument("--iteration-time", type=positive, default=1.0,
                    help="seconds per iteration, used until the trainer reports (default 1)")
     m.add_argument("--deadline-in", type=positive, help="deadline, seconds from now")
-    m.add_argument("--tenant", default="default")
+    m.add_argument("--tenant", default="default",
+                   help="who the job is for: its quota and fair share (default: default)")
     m.add_argument("--job-id", help="default: a new random id")
     add_connection(m, default=default_url())
     run = m.add_argument_group("your own command (docs/sdk.md)")
@@ -233,7 +245,8 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     d.add_argument("--timeout", type=positive, default=600.0,
                    help="give up (exit 1) if the jobs have not all finished after this many "
                         "seconds (default 600; about 50 s on a quiet 2-core machine)")
-    d.add_argument("--log-level", default="warning")
+    d.add_argument("--log-level", default="warning",
+                   help="log level of the demo's services, in its log file (default warning)")
 
     for name, target, what in (("cancel", "job", "stop a job for good (its state: failed)"),
                                ("suspend", "job", "stop a job and hold it until resumed"),
@@ -248,4 +261,5 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
 
     st = sub.add_parser("status", help="jobs of a live cluster: state, reason, GPUs, progress")
     st.add_argument("--json", action="store_true", help="print the scheduler's state as JSON")
+    status_view.add_arguments(st)
     add_connection(st, default=default_url())

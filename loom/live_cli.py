@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
 import policies
 from domain.workloads import FAMILIES, for_trace_model
+from loom import status_view
+from loom.preflight import require_torch
 from loom.serve import ServeOptions, control_subject, serve
 from loom.up import UpOptions, up
 from schemas import subjects
@@ -27,6 +29,7 @@ from schemas.codec import encode
 from schemas.events import OperatorCommand, envelope
 from schemas.job import SubmitJob
 from schemas.tenants import load_tenants
+from schemas.userinput import describe
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_auth import NatsAuth
 from services.runtime.nats_errors import NatsNoStreamError
@@ -115,6 +118,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     tenants = _checked_tenants(args.tenants)
     if args.local_nodes is not None and (args.local_nodes < 1 or args.gpus_per_node < 1):
         raise ValueError("--local-nodes and --gpus-per-node must be at least 1")
+    if args.local_nodes is not None and args.trainers == "pytorch":
+        require_torch("loom up --local-nodes (with --trainers pytorch, the default)")
     cluster = (ClusterSpec.uniform(1, args.local_nodes, args.gpus_per_node,
                                    gpu_type=args.gpu_type)
                if args.local_nodes is not None else load_cluster(args.cluster))
@@ -173,7 +178,7 @@ async def _submit(args: argparse.Namespace, job_id: str) -> str:
         raise ValueError("--env, --cwd and --progress-regex need --command")
     else:
         check_model(args.model)  # a command job's model is only its label
-    SubmitJob.model_validate(body)  # a bad job is refused here, not dead-lettered there
+    check_submission(body)  # a bad job is refused here, not dead-lettered there
 
     async def send(nc: Any) -> str:
         if args.deadline_in is not None:
@@ -194,6 +199,30 @@ async def _submit(args: argparse.Namespace, job_id: str) -> str:
     return await with_connection(args.nats_url, NatsAuth.from_args(args), send)
 
 
+# The `loom submit` flag of each job field, so a refusal names what the user typed.
+SUBMIT_FLAGS = {"job_id": "--job-id", "tenant": "--tenant", "model": "--model",
+                "gpus": "--gpus", "iterations": "--iterations",
+                "iteration_time_s": "--iteration-time", "deadline_s": "--deadline-in",
+                "command": "--command", "env": "--env", "cwd": "--cwd",
+                "progress_regex": "--progress-regex"}
+
+
+def check_submission(body: dict[str, Any]) -> None:
+    """Validate `body` as the scheduler will (strict JSON, as it travels); a ValueError in
+    Loom's words, naming the flag, the value and what is allowed."""
+    try:
+        SubmitJob.model_validate_json(json.dumps(body), strict=True)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False)[:5]:
+            loc = err["loc"]
+            flag = SUBMIT_FLAGS.get(str(loc[0])) if loc else None
+            if flag is not None:
+                err = {**err, "loc": (flag, *loc[1:])}
+            problems.append(describe(err, SubmitJob.model_fields))
+        raise ValueError("loom submit: " + "; ".join(problems)) from None
+
+
 # Named in check_model's message; tests/cli/test_submit.py checks that each is accepted.
 TRACE_MODEL_EXAMPLES = ("resnet50", "vgg16", "bert", "gpt2", "a2c")
 
@@ -205,7 +234,8 @@ def check_model(model: str) -> None:
     if model not in FAMILIES and for_trace_model(model) is None:
         raise ValueError(f"loom submit: unknown model {model!r}; known models: "
                          f"{', '.join(sorted(FAMILIES))} (or a trace model name of these "
-                         f"families, such as {', '.join(TRACE_MODEL_EXAMPLES)})")
+                         f"families, such as {', '.join(TRACE_MODEL_EXAMPLES)}; `loom models` "
+                         "lists them)")
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -277,21 +307,14 @@ def _applied(state: dict[str, Any], command: str, job: str | None, node: str | N
 
 def cmd_status(args: argparse.Namespace) -> int:
     state = asyncio.run(_status(args.nats_url, NatsAuth.from_args(args)))
+    states, tenants = status_view.filters(args)
+    rows, matched = status_view.select(state["jobs"], states, tenants, args.sort, args.limit)
     if args.json:
-        print(json.dumps(state, indent=2))
+        # As the scheduler gave it; filters, a sort or a limit, when given, pick its jobs.
+        narrowed = bool(states or tenants or args.limit is not None or args.sort != "submit")
+        print(json.dumps({**state, "jobs": rows} if narrowed else state, indent=2))
         return 0
-    now = state["now"]
-    table = Table(title=f"{len(state['jobs'])} jobs · policy {state['policy']} · "
-                        f"cycle {state['cycle']} · t={now:,.0f} s")
-    for col in ("job", "tenant", "model", "state", "GPUs", "progress", "ETA", "pos", "reason"):
-        table.add_column(col, justify="right" if col in ("GPUs", "progress", "ETA", "pos")
-                         else "left")
-    for j in state["jobs"]:
-        eta = "" if j["eta"] is None else f"{j['eta'] - now:,.0f} s"
-        pos = "" if j["queue_position"] is None else str(j["queue_position"])
-        table.add_row(j["job_id"], j["tenant"], j["model"], j["state"], str(j["gpus"]),
-                      f"{100 * j['done'] / j['iterations']:.0f}%", eta, pos, j["reason"])
-    Console(width=160).print(table)
+    Console(width=160).print(status_view.status_table(state, rows, matched))
     return 0
 
 
@@ -300,9 +323,11 @@ async def _status(url: str, auth: NatsAuth | None = None) -> dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    require_torch("loom demo")  # before anything starts: exit 2 with the install command
     from loom.demo import run_demo  # its imports serve the demo alone
 
-    return asyncio.run(run_demo(args.out, Console(width=120), timeout_s=args.timeout))
+    return asyncio.run(run_demo(args.out, Console(width=120), timeout_s=args.timeout,
+                                log_level=args.log_level))
 
 
 COMMANDS = {"serve": cmd_serve, "up": cmd_up, "submit": cmd_submit, "status": cmd_status,

@@ -16,7 +16,7 @@ from services.metrics.core import JobOutcome
 
 JOB_COLUMNS = (
     "job_id", "tenant", "model", "gpus", "submit_s", "start_s", "end_s", "jct_s",
-    "queueing_s", "preemptions", "state", "deadline_s", "met_deadline", "ftf_rho",
+    "queueing_s", "preemptions", "state", "deadline_s", "met_deadline", "ftf_rho", "pending_s",
 )
 
 
@@ -31,7 +31,7 @@ def write_run(out: Path, summary: dict[str, object], jobs: Iterable[JobOutcome])
                 j.job_id, j.tenant, j.model, j.gpus, _num(j.submit_s), _num(j.start_s),
                 _num(j.end_s), _num(j.jct_s), _num(j.queueing_s), j.preemptions, j.state.value,
                 _num(j.deadline_s), "" if j.met_deadline is None else int(j.met_deadline),
-                _num(j.ftf_rho),
+                _num(j.ftf_rho), _num(j.pending_s if j.end_s is not None else None),
             ])
 
 
@@ -53,7 +53,11 @@ def _fmt(value: object, digits: int = 1) -> str:
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("policy", "policy", 0), ("finished", "done", 0), ("avg_jct_s", "avg JCT", 0),
     ("p50_jct_s", "p50 JCT", 0), ("p99_jct_s", "p99 JCT", 0), ("makespan_s", "makespan", 0),
-    ("avg_queueing_s", "avg queue", 0), ("gpu_util", "util", 3),
+    ("rejected", "rejected", 0), ("unfinished", "unfinished", 0),
+    # Time to first start (the wait before a job's first launch) and time pending (every
+    # wait, after preemptions too), averaged over jobs.
+    ("avg_first_start_s", "to start", 0), ("avg_pending_s", "pending", 0),
+    ("gpu_util", "util", 3),
     ("deadline_ratio", "deadline", 3), ("deadline_met", "met", 0), ("accepted", "accepted", 0),
     ("declined", "declined", 0),
     ("preemptions", "preempt", 0), ("wall_s", "wall", 2),
@@ -67,6 +71,8 @@ def _shown(key: str, summaries: Sequence[dict[str, object]]) -> bool:
         return any(s.get("deadline_jobs") for s in summaries)
     if key in ("accepted", "declined"):  # admission control declined some
         return any(s.get("declined") for s in summaries)
+    if key in ("rejected", "unfinished"):  # outcomes other than finished, when there are any
+        return any(s.get(key) for s in summaries)
     return any(s.get(key) is not None for s in summaries)
 
 
@@ -101,3 +107,40 @@ def sweep_table(
         table.add_row(f"{rate:g}", *cells)
     # The title on a line of its own: Rich would wrap a table title to this narrow table.
     return Group(Text(f"{title} — avg JCT of the window (h), mean over seeds"), table)
+
+
+# What each kind of rejection (the admission status code) means, as the outcome line says it.
+REJECTION_REASONS: dict[str, str] = {
+    "rejected_too_large": "too large for the cluster",
+    "rejected_invalid": "invalid",
+    "rejected_by_policy": "refused by the policy",
+    "rejected_by_quota": "over a tenant quota",
+}
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def outcome_line(summary: Mapping[str, object]) -> str:
+    """Every job's outcome in one line: "60 jobs: 30 finished, 30 rejected (30 too large for
+    the cluster), 0 unfinished"; the reasons come from the summary's `rejected_by`."""
+    jobs, finished = _count(summary.get("jobs")), _count(summary.get("finished"))
+    rejected, unfinished = _count(summary.get("rejected")), _count(summary.get("unfinished"))
+    text = f"{jobs:,} jobs: {finished:,} finished, {rejected:,} rejected"
+    by = summary.get("rejected_by")
+    if rejected and isinstance(by, Mapping) and by:
+        reasons = ", ".join(f"{_count(n):,} {REJECTION_REASONS.get(str(code), str(code))}"
+                            for code, n in sorted(by.items(), key=lambda kv: (-_count(kv[1]),
+                                                                               str(kv[0]))))
+        text += f" ({reasons})"
+    text += f", {unfinished:,} unfinished"
+    other = jobs - finished - rejected - unfinished
+    if other > 0:
+        text += f", {other:,} failed"
+    return text
+
+
+def incomplete(summary: Mapping[str, object]) -> bool:
+    """Whether some job was rejected or left unfinished (what `--strict` fails on)."""
+    return _count(summary.get("rejected")) > 0 or _count(summary.get("unfinished")) > 0

@@ -6,7 +6,7 @@ import asyncio
 import multiprocessing as mp
 import os
 import queue
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,8 @@ from rich.progress import (
 )
 
 import policies
-from loom.simulate import BusKind, SimConfig, SimResult, run_simulation
+from loom.simulate import BusKind, EventsProgressFn, SimConfig, SimResult, run_simulation
+from schemas.job import JobSpec
 from schemas.tenants import load_tenants
 from services.runtime.logging import configure
 from traces import load_cluster, load_trace
@@ -74,7 +75,7 @@ class RunSpec:
 
     def config(self) -> SimConfig:
         trace = self._trace()
-        jobs = trace.jobs
+        jobs: Iterable[JobSpec] = trace.source  # a production trace streams from its file
         if self.gpu_type is not None:
             jobs = with_scaling(jobs, load_scaling(self.gpu_type))
         overhead = self.overhead or trace.default_overhead
@@ -86,6 +87,7 @@ class RunSpec:
         return SimConfig(
             policy=self.policy,
             jobs=jobs,
+            job_count=trace.job_count,
             cluster=load_cluster(self.cluster, self.gpus_per_server),
             trace_name=trace.name,
             overhead=overhead,
@@ -101,11 +103,11 @@ class RunSpec:
         )
 
 
-def _progress_bar() -> Progress:
+def _progress_bar(disable: bool = False) -> Progress:
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
+        console=Console(stderr=True), transient=True, disable=disable,
     )
 
 
@@ -113,8 +115,13 @@ def _note(now: float) -> str:
     return f"jobs · t={now:,.0f}s"
 
 
-def run_one(spec: RunSpec, progress: bool = False) -> SimResult:
-    cfg = spec.config()
+def run_one(spec: RunSpec, progress: bool = False, *, cfg: SimConfig | None = None,
+            on_progress: EventsProgressFn | None = None) -> SimResult:
+    """Run `spec` here (`cfg`: its config, when already built); `on_progress` reports as it
+    goes, else `progress` shows a bar."""
+    cfg = spec.config() if cfg is None else cfg
+    if on_progress is not None:
+        return asyncio.run(run_simulation(cfg, on_progress=on_progress))
     if not progress:
         return asyncio.run(run_simulation(cfg))
     with _progress_bar() as bar:
@@ -135,14 +142,15 @@ def _worker(spec: RunSpec, updates: Any, key: int) -> SimResult:
     return asyncio.run(run_simulation(spec.config(), update))
 
 
-def compare(specs: list[RunSpec], processes: int = 0) -> list[SimResult]:
-    """Run each spec in its own process (they share nothing), showing one bar per policy."""
-    return run_parallel(specs, [s.policy for s in specs], processes)
+def compare(specs: list[RunSpec], processes: int = 0, quiet: bool = False) -> list[SimResult]:
+    """Run each spec in its own process (they share nothing), showing one bar per policy
+    (none when `quiet`)."""
+    return run_parallel(specs, [s.policy for s in specs], processes, quiet=quiet)
 
 
 def run_parallel(
     specs: Sequence[RunSpec], labels: Sequence[str], processes: int = 0,
-    order: Sequence[int] | None = None,
+    order: Sequence[int] | None = None, quiet: bool = False,
 ) -> list[SimResult]:
     """Run every spec in a pool of processes; results come back in the order of `specs`.
 
@@ -153,7 +161,7 @@ def run_parallel(
     workers = processes or min(len(specs), os.cpu_count() or 1)
     many = len(specs) > workers
     ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager, _progress_bar() as bar:
+    with ctx.Manager() as manager, _progress_bar(disable=quiet) as bar:
         updates = manager.Queue()
         overall = bar.add_task("runs", total=len(specs), note="done") if many else None
         tasks: dict[int, TaskID] = {}

@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from domain.placement import SCHEMES
+from loom import trace_cli
 from loom.cli_common import out, overhead, positive, slug
 from loom.plots import jct_cdf
+from loom.progress import check_memory, run_reported
 from loom.replay import commands as replay_cli
-from loom.report import results_table, write_run
-from loom.runs import RunSpec, compare, run_one
+from loom.report import incomplete, outcome_line, results_table, write_run
+from loom.runs import RunSpec, compare
 from loom.simulate import SimResult
+from schemas.cluster import LIMITS_TEXT
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="bundled name (muri/trace1) or CSV path")
     p.add_argument("--cluster", required=True,
                    help="bundled name (n8g8), cluster-spec CSV or JSON, or GPU counts per type "
-                        "V100:P100:K80 (36:36:36)")
+                        f"V100:P100:K80 (36:36:36); whatever the form, {LIMITS_TEXT}")
     p.add_argument("--gpus-per-server", default="4",
                    help="with GPU counts: GPUs per server, N or N:N:N per type (default 4)")
     p.add_argument("--throughputs", help="per-GPU-type throughput JSON for Gavel traces "
@@ -50,6 +56,16 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenants", help="tenants file (TOML or JSON): weight, max_gpus, "
                                      "max_queued per tenant (default: no limits)")
     p.add_argument("--log-level", default="warning", help="service log level (default warning)")
+    trace_cli.add_filter_option(p)
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any job was rejected or left unfinished (default: only "
+                        "service errors fail the run)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress (default: a live bar on a terminal, else a line every "
+                        "10 s on stderr)")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="run even if the estimate of the memory it needs (from jobs x nodes) "
+                        "is over 80%% of the memory available")
 
 
 def _add_no_plot(p: argparse.ArgumentParser) -> None:
@@ -101,16 +117,44 @@ def cmd_sim(args: argparse.Namespace) -> int:
     spec = _spec(args, args.policy)
     if args.log is not None:
         spec = replay_cli.logged(spec, args.log)
+    spec = trace_cli.traced(spec, args.trace_filter)
     spec.validate()
+    trace_cli.print_note(trace_cli.loaded(spec))
     dest = args.out or Path("runs") / f"{slug(Path(args.trace).name)}-{args.policy}"
-    result = run_one(spec, progress=True)
+    result = run_reported(spec, quiet=args.quiet, memory_check=not args.no_memory_check)
+    trace_cli.annotate(result.summary, trace_cli.loaded(spec))
     write_run(dest, result.summary, result.jobs)
     if not args.no_plot:
         jct_cdf({args.policy: _jcts(result)}, dest / "jct_cdf.png", _title(result.summary))
     out.print(results_table([result.summary], _title(result.summary)))
+    _print_outcomes([result.summary], label=False)
     plot = "" if args.no_plot else " and jct_cdf.png"
     out.print(f"wrote {dest}/summary.json, jobs.csv{plot}")
-    return 0 if result.summary["errors"] == 0 else 1
+    return _exit_code([result.summary], args.strict)
+
+
+def _print_outcomes(summaries: list[dict[str, object]], label: bool) -> None:
+    """Every run's outcomes under the table; a run that rejected jobs, or left some
+    unfinished, says so in yellow (they are in jobs.csv with their state)."""
+    for s in summaries:
+        who = f"{escape(str(s['policy']))}: " if label else ""
+        line = who + escape(outcome_line(s))
+        out.print(f"[yellow]{line}[/yellow]" if incomplete(s) else line, highlight=False)
+        rejected = s.get("rejected")
+        if isinstance(rejected, int) and rejected:
+            out.print(f"[yellow]warning:[/yellow] {who}{rejected:,} of {s['jobs']:,} jobs were "
+                      "rejected: they never ran and no average above counts them (jobs.csv "
+                      "lists them with state rejected; --strict fails such a run)",
+                      highlight=False)
+
+
+def _exit_code(summaries: list[dict[str, object]], strict: bool) -> int:
+    """1 on service errors, or with --strict on a rejected or unfinished job; else 0."""
+    if any(s["errors"] != 0 for s in summaries):
+        return 1
+    if strict and any(incomplete(s) for s in summaries):
+        return 1
+    return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -122,14 +166,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     specs = [_spec(args, name) for name in names]
     if args.log is not None:
         specs = [replay_cli.logged(s, args.log / f"{s.policy}.eventlog.gz") for s in specs]
+    specs = [trace_cli.traced(s, args.trace_filter) for s in specs]
     for s in specs:
         s.validate()
+    trace_cli.print_note(trace_cli.loaded(specs[0]))
     dest = args.out or Path("runs") / f"{slug(Path(args.trace).name)}-compare"
-    results = compare(specs, processes=args.processes)
+    if not args.no_memory_check:
+        cfg = specs[0].config()
+        check_memory(cfg.total_jobs, len(cfg.cluster.nodes),
+                     runs=min(len(specs), args.processes or os.cpu_count() or 1))
+    results = compare(specs, processes=args.processes, quiet=args.quiet)
     for r in results:
+        trace_cli.annotate(r.summary, trace_cli.loaded(specs[0]))
         write_run(dest / str(r.summary["policy"]), r.summary, r.jobs)
     summaries = [r.summary for r in results]
     out.print(results_table(summaries, _title(summaries[0])))
+    _print_outcomes(summaries, label=True)
     (dest / "compare.json").write_text(json.dumps(summaries, indent=2) + "\n")
     plot = ""
     if not args.no_plot:
@@ -137,7 +189,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 _title(summaries[0]))
         plot = ", jct_cdf.png"
     out.print(f"wrote {dest}/compare.json{plot} and {dest}/<policy>/")
-    return 0 if all(s["errors"] == 0 for s in summaries) else 1
+    return _exit_code(summaries, args.strict)
 
 
 COMMANDS = {"sim": cmd_sim, "compare": cmd_compare}

@@ -71,7 +71,13 @@ class SimResult:
 ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
 
 
-async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> SimResult:
+# finished, total, virtual time, events published and jobs arrived so far: what a progress
+# display needs for a rate and an ETA.
+EventsProgressFn = Callable[[int, int, float, int, int], None]
+
+
+async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
+                         on_progress: EventsProgressFn | None = None) -> SimResult:
     t0 = time.perf_counter()
     scheduler = build_scheduler(cfg.policy, cfg.cluster, round_s=cfg.round_s,
                                 overhead=cfg.overhead, placement=cfg.placement, seed=cfg.seed,
@@ -100,6 +106,9 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
         def tick() -> None:
             if progress is not None:
                 progress(metrics.finished + metrics.rejected, total, kernel.now)
+            if on_progress is not None:
+                on_progress(metrics.finished + metrics.rejected, total, kernel.now,
+                            bus.stats.published, len(metrics.jobs))
 
         stop = None
         if cfg.stop_after is not None:
@@ -109,7 +118,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None) -> 
                 return not metrics.awaited
 
         with _collector_tuned():
-            await kernel.run(progress=tick if progress else None, stop=stop)
+            await kernel.run(progress=tick if progress or on_progress else None, stop=stop)
         tick()
         if injector.error is not None:  # what arrived ran; the rest of the trace is unread
             raise ValueError(injector.error)

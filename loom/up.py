@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shlex
 import signal
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nats
 
@@ -21,11 +25,15 @@ from services.runtime.children import die_with_parent
 from services.runtime.logging import get_logger
 from services.runtime.nats_auth import NatsAuth
 from services.runtime.nats_live import server_list
-from services.runtime.natsserver import EmbeddedNats
+from services.runtime.natsserver import EmbeddedNats, NatsServerError, port_free
 from services.runtime.stream_limits import StreamLimits
 from services.scheduler.liveness import LivenessConfig, RetryPolicy
 
 log = get_logger("loom.up")
+DEFAULT_NATS_PORT = 4222
+# What `loom up` prints as a ready `nats pub` line: a job the bundled trainer runs.
+EXAMPLE_JOB = ('{"model": "resnet18", "gpus": 1, "iterations": 200, "iteration_time_s": 0.1, '
+               '"tenant": "demo"}')
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,12 @@ class UpOptions:
     liveness: LivenessConfig = field(default_factory=LivenessConfig)  # scheduler: lost nodes
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # scheduler: failed trainers; seed
     stream_limits: StreamLimits = field(default_factory=StreamLimits)  # every service gets them
+    # The embedded server's port: NATS's standard one when it is free (what `nats` and the
+    # other live commands try first), else any free port; None: any free port.
+    nats_port: int | None = DEFAULT_NATS_PORT
+    # Where the services' (and their trainers') output goes; None: this process's own.
+    log_file: Path | None = None
+    announce: bool = True  # print how to reach the cluster once it is up (`loom demo`: no)
 
 
 def stream_flags(limits: StreamLimits) -> list[str]:
@@ -97,32 +111,40 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
 
     Each service is its own `loom serve` process, as on a real cluster.
     """
-    server = None
-    url = opts.nats_url
-    if url is None:
-        server = await EmbeddedNats.start()
-        url = server.url
-    if url_out is not None:
-        url_out.append(url)
-    commands = up_commands(opts, url, time.time())
-    children = []
     signals: list[signal.Signals] = []
     if stop is None:
         stop = asyncio.Event()
         signals = on_signals(stop)
+    server = None
+    url = opts.nats_url
+    children: list[asyncio.subprocess.Process] = []
+    codes: list[int] = []
+    context: Path | None = None
+    output = None if opts.log_file is None else opts.log_file.open("ab")
     try:
+        if url is None:
+            server = await _embedded_nats(opts.nats_port)
+            url = server.url
+        if url_out is not None:
+            url_out.append(url)
+        commands = up_commands(opts, url, time.time())
         for cmd in commands:
+            if stop.is_set():
+                break
             children.append(await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "loom.cli", "serve", *cmd,
-                env={**os.environ, **opts.auth.to_env()}, preexec_fn=die_with_parent))
-        await _await_services(url, len(commands), opts.auth)
+                env={**os.environ, **opts.auth.to_env()}, preexec_fn=die_with_parent,
+                stdout=output, stderr=output))
+        # A signal while the services start stops the start, not only what follows it.
+        if not await _until_stopped(_await_services(url, len(commands), opts.auth), stop):
+            return 130
         record = url_file()
         record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         record.write_text(url)
-        log.warning("cluster up", nats=url, services=len(commands))
-        print(f"loom up: {len(commands)} services on {url} "
-              f"({opts.cluster.total_gpus} GPUs, policy {opts.policy}); Ctrl-C to stop",
-              flush=True)
+        context = write_nats_context(record.parent / "loom.json", url, opts.auth)
+        log.info("cluster up", nats=url, services=len(commands))
+        if opts.announce:
+            print(reach_text(url, len(commands), opts, context), flush=True)
         if ready is not None:
             ready.set()
         await stop.wait()
@@ -132,12 +154,76 @@ async def up(opts: UpOptions, ready: asyncio.Event | None = None,
                 child.terminate()
         codes = [await child.wait() for child in children]
         with contextlib.suppress(OSError):
-            if url_file().read_text().strip() == url:
+            if url is not None and url_file().read_text().strip() == url:
                 url_file().unlink()
+                if context is not None:
+                    context.unlink()
         drop_signals(signals)
         if server is not None:
             await server.stop()
+        if output is not None:
+            output.close()
     return 0 if all(c == 0 for c in codes) else 1
+
+
+async def _embedded_nats(port: int | None) -> EmbeddedNats:
+    """A private server on `port` when it is free, else on any free port."""
+    if port is not None and port_free(port):
+        try:
+            return await EmbeddedNats.start(port=port)
+        except NatsServerError:  # taken between the check and the bind: any port will do
+            pass
+    return await EmbeddedNats.start()
+
+
+async def _until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run `work` unless `stop` is set first (then cancel it): whether `work` finished."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return False
+    task.result()  # its error, if it failed
+    return True
+
+
+def write_nats_context(path: Path, url: str, auth: NatsAuth) -> Path:
+    """A NATS CLI context for this cluster (`nats --context FILE ...`, or copy it to
+    ~/.config/nats/context/ and `nats context select loom`); private, as it may hold a
+    password."""
+    context: dict[str, str] = {"description": "Loom: the cluster `loom up` started", "url": url}
+    for key, value in (("user", auth.user), ("password", auth.password), ("creds", auth.creds),
+                       ("nkey", auth.nkey), ("ca", auth.tls_ca), ("cert", auth.tls_cert),
+                       ("key", auth.tls_key), ("inbox_prefix", auth.inbox)):
+        if value:
+            context[key] = value
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(context, f, indent=2)
+        f.write("\n")
+    return path
+
+
+def reach_text(url: str, services: int, opts: UpOptions, context: Path) -> str:
+    """What `loom up` prints once the cluster is up: where it is and how to reach it."""
+    job = shlex.quote(EXAMPLE_JOB)
+    prometheus = ("" if opts.prometheus_port is None else
+                  f"\n  metrics:  http://127.0.0.1:{opts.prometheus_port}/metrics")
+    return (f"loom up: {services} services on {url} ({opts.cluster.total_gpus} GPUs, policy "
+            f"{opts.policy}); Ctrl-C to stop\n"
+            f"  NATS:     {url}{prometheus}\n"
+            f"  submit:   loom submit --model resnet18 --gpus 1 --iterations 200\n"
+            f"  or:       nats --context {shlex.quote(str(context))} pub loom.jobs.submit {job}\n"
+            f"  status:   loom status\n"
+            f"  (nats is the NATS CLI: https://github.com/nats-io/natscli/releases, or "
+            f"`go install github.com/nats-io/natscli/nats@latest`; {context} is its context)")
 
 
 async def _await_services(url: str, count: int, auth: NatsAuth,

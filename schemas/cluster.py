@@ -7,8 +7,28 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-NodeId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
+NODE_ID_PATTERN = r"^[A-Za-z0-9_\-]+$"
+NodeId = Annotated[str, Field(min_length=1, max_length=64, pattern=NODE_ID_PATTERN)]
 DEFAULT_GPU_TYPE = "gpu"
+
+# The largest cluster Loom builds, whatever the syntax that asks for it (a bundled name, a
+# cluster-spec CSV, a JSON spec, or GPU counts such as 36:36:36): a typo such as a million
+# switches, or a GPU count meant for another flag, is refused before anything is allocated.
+MAX_NODES = 65_536
+MAX_NODE_GPUS = 64
+MAX_CLUSTER_GPUS = 524_288  # 65,536 nodes of 8 GPUs
+LIMITS_TEXT = (f"at most {MAX_NODES:,} nodes, {MAX_NODE_GPUS} GPUs per node and "
+               f"{MAX_CLUSTER_GPUS:,} GPUs in all")
+
+
+def check_size(nodes: int, gpus: int) -> None:
+    """Refuse a cluster over the limits (ValueError naming the limit and the size asked)."""
+    if nodes > MAX_NODES:
+        raise ValueError(f"{nodes:,} nodes is more than the {MAX_NODES:,} Loom supports "
+                         f"(limits: {LIMITS_TEXT})")
+    if gpus > MAX_CLUSTER_GPUS:
+        raise ValueError(f"{gpus:,} GPUs is more than the {MAX_CLUSTER_GPUS:,} Loom supports "
+                         f"(limits: {LIMITS_TEXT})")
 
 
 class NodeSpec(BaseModel):
@@ -16,7 +36,7 @@ class NodeSpec(BaseModel):
 
     node_id: NodeId
     switch_id: NodeId
-    gpus: int = Field(ge=0, le=64)
+    gpus: int = Field(ge=0, le=MAX_NODE_GPUS)
     gpu_type: str = DEFAULT_GPU_TYPE
     cpus: int = Field(default=0, ge=0)
     mem_gb: float = Field(default=0.0, ge=0)
@@ -29,10 +49,11 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = "cluster"
-    nodes: tuple[NodeSpec, ...] = Field(min_length=1)
+    nodes: tuple[NodeSpec, ...] = Field(min_length=1, max_length=MAX_NODES)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> ClusterSpec:
+        check_size(len(self.nodes), sum(n.gpus for n in self.nodes))
         ids = [n.node_id for n in self.nodes]
         if len(set(ids)) != len(ids):
             raise ValueError("node ids must be unique")
@@ -50,6 +71,7 @@ class ClusterSpec(BaseModel):
         mem_gb_per_node: float = 0.0,
         name: str | None = None,
     ) -> ClusterSpec:
+        check_size(switches * nodes_per_switch, switches * nodes_per_switch * gpus_per_node)
         nodes = tuple(
             NodeSpec(
                 node_id=f"n{s * nodes_per_switch + i}",
@@ -75,13 +97,22 @@ class ClusterSpec(BaseModel):
         servers of each type, `v100-0` … `k80-8`, as Gavel's simulator builds its cluster.
         """
         nodes: list[NodeSpec] = []
+        sizes: dict[str, int] = {}
         for gpu_type, count in gpus_by_type.items():
             per = gpus_per_server if isinstance(gpus_per_server, int) else \
                 gpus_per_server[gpu_type]
             if per < 1:
                 raise ValueError(f"{gpu_type}: GPUs per server must be >= 1, not {per}")
+            if per > MAX_NODE_GPUS:
+                raise ValueError(f"{gpu_type}: {per} GPUs per server is more than the "
+                                 f"{MAX_NODE_GPUS} Loom supports (limits: {LIMITS_TEXT})")
             if count % per:
                 raise ValueError(f"{gpu_type}: {count} GPUs do not fill servers of {per}")
+            sizes[gpu_type] = per
+        check_size(sum(c // sizes[t] for t, c in gpus_by_type.items()),
+                   sum(gpus_by_type.values()))
+        for gpu_type, count in gpus_by_type.items():
+            per = sizes[gpu_type]
             nodes += [NodeSpec(node_id=f"{gpu_type}-{i}", switch_id=f"sw-{gpu_type}", gpus=per,
                                gpu_type=gpu_type) for i in range(count // per)]
         if not nodes:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from schemas import subjects
 from schemas.events import EVENT_TYPES, Envelope, validate_envelope
 from schemas.job import SubmitJob
+from schemas.userinput import DuplicateKeyError, explain, loads_unique
 
 SUBMIT_TYPE = "loom.job.submit.v1"
 # A submission is a job, small even with a Pollux goodput profile (the largest bundled one
@@ -138,11 +139,14 @@ def decode_submission(payload: bytes, *, fallback_id: str, now: float, producer:
     _check_size(payload, MAX_SUBMISSION_BYTES)
     text = payload.lstrip()
     if not text.startswith(b"{"):
+        _refuse_other_json(text)
         env = decode(payload, max_bytes=MAX_SUBMISSION_BYTES)
         check_subject(subjects.JOB_SUBMIT, env.type)
         return env
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = loads_unique(text, parse_constant=_reject_constant)
+    except DuplicateKeyError as exc:
+        raise CodecError(f"invalid JSON: {exc}") from exc
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise CodecError(f"invalid JSON at {where}: {exc.msg}") from exc
@@ -159,13 +163,40 @@ def decode_submission(payload: bytes, *, fallback_id: str, now: float, producer:
     if "type" in data and "body" in data:
         env = _validate(data)
         check_subject(subjects.JOB_SUBMIT, env.type)
+        _strict_job(json.dumps(data["body"]), f"invalid {env.type}")
         return env
     _check_depth(data)
-    try:
-        body = SubmitJob.model_validate(data)
-    except ValidationError as exc:
-        raise CodecError(f"invalid job: {_explain(exc)}") from exc
+    body = _strict_job(text, "invalid job")
     return Envelope(SUBMIT_TYPE, fallback_id, None, now, producer, body)
+
+
+def _strict_job(text: str | bytes, what: str) -> SubmitJob:
+    """A job typed by a person, taken as typed: strict ("gpus": "2" or true is refused, not
+    coerced), in JSON mode, so arrays fill tuples and object keys fill GPU-count tables."""
+    try:
+        return SubmitJob.model_validate_json(text, strict=True)
+    except ValidationError as exc:
+        raise CodecError(f"{what}: {explain(exc, SubmitJob.model_fields)}") from exc
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "true or false", type(None): "null"}
+
+
+def _refuse_other_json(text: bytes) -> None:
+    """JSON that is not an object (`[...]`, `"job"`, `8`) is a submission of the wrong shape:
+    say so, rather than call it bad msgpack. A msgpack envelope (a map: first byte 0x80-0x8f
+    or 0xde/0xdf) is never valid UTF-8 JSON, so this costs it one failed parse."""
+    if not text or text[0] >= 0x80:
+        return
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return
+    kind = _JSON_KINDS.get(type(data), type(data).__name__)
+    raise CodecError(f"a submission must be a JSON object of job fields, such as "
+                     f'{{"model": "resnet50", "gpus": 1, "iterations": 100, '
+                     f'"iteration_time_s": 0.5}}; got {kind}')
 
 
 def _validate(data: Any) -> Envelope:
@@ -187,9 +218,4 @@ def _validate(data: Any) -> Envelope:
 
 
 def _explain(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        loc = ".".join(str(p)[:40] for p in err["loc"]) or "(root)"  # keys are user input
-        parts.append(f"{loc}: {err['msg']}")
-    more = exc.error_count() - len(parts)
-    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return explain(exc)

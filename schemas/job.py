@@ -32,7 +32,8 @@ MAX_GPU_TYPES = 64
 MAX_PROFILE_POINTS = 4096  # epochs of a goodput profile; entries of a scaling table
 MAX_BATCH_SIZES = 256
 
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.:\-/]+$")]
+NAME_PATTERN = r"^[A-Za-z0-9_.:\-/]+$"
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)]
 # A job's id, the one rule every service and the CLI use: it names the job's checkpoint
 # directory, its processes and its durable state, so it has no path separator and cannot be
 # "." or ".." (it starts with a letter or digit).

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.job import MAX_GPUS, Name
+from schemas.userinput import DuplicateKeyError, describe, loads_unique
 
 MAX_TENANTS = 10_000
 
@@ -52,22 +53,32 @@ class TenantsFileError(ValueError):
 
 
 def parse_tenants(data: Any, source: str) -> TenantsConfig:
-    """Validate decoded file contents; errors name `source`, the tenant and the field."""
+    """Validate decoded file contents; errors name `source`, the tenant and the field.
+
+    Strictly, as typed (`weight = "2"` is refused, not read as 2): the contents go through
+    JSON, where pydantic's strict mode still fills the tables."""
     if not isinstance(data, Mapping):
         raise TenantsFileError(f"{source}: expected a table of tenants, got {type(data).__name__}")
     try:
-        return TenantsConfig.model_validate(data)
+        text = json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # a TOML date, or a NaN weight
+        raise TenantsFileError(f"{source}: {exc}; weights and limits are numbers") from None
+    try:
+        return TenantsConfig.model_validate_json(text, strict=True)
     except ValidationError as exc:
         problems = []
-        for err in exc.errors():
+        for err in exc.errors(include_url=False):
             loc = [str(p) for p in err["loc"]]
             if len(loc) == 3 and loc[0] == "tenants" and loc[2] == "[key]":
                 where = f"tenant name {loc[1]!r}"
+                problem = describe({**err, "loc": ()}).removeprefix("(top level): ")
             elif len(loc) >= 3 and loc[0] == "tenants":
-                where = f"tenant {loc[1]!r}: {'.'.join(loc[2:])}"
+                where = f"tenant {loc[1]!r}"
+                problem = describe({**err, "loc": tuple(loc[2:])}, TenantLimits.model_fields)
             else:
-                where = ".".join(loc) or "top level"
-            problems.append(f"{where}: {err['msg']}")
+                where = ""
+                problem = describe(err, TenantsConfig.model_fields)
+            problems.append(f"{where}: {problem}" if where else problem)
         raise TenantsFileError(f"{source}: " + "; ".join(problems)) from None
 
 
@@ -80,10 +91,11 @@ def load_tenants(path: str | Path) -> TenantsConfig:
         raise TenantsFileError(f"{p}: cannot read tenants file: {exc.strerror}") from None
     try:
         if p.suffix.lower() == ".json":
-            data = json.loads(raw)
+            data = loads_unique(raw)
         else:
-            data = tomllib.loads(raw.decode("utf-8"))
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            data = tomllib.loads(raw.decode("utf-8"))  # TOML refuses a repeated key itself
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError,
+            DuplicateKeyError) as exc:
         raise TenantsFileError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: "
                                f"{exc}") from None
     return parse_tenants(data, str(p))

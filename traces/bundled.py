@@ -165,6 +165,12 @@ def bundled_clusters() -> list[str]:
 
 
 def _unknown(kind: str, name: str, available: list[str]) -> TraceError:
+    if Path(name).is_dir():
+        inside = sorted(p.name for p in Path(name).glob("*.csv"))[:5]
+        hint = f" (CSV files in it: {', '.join(inside)})" if inside else ""
+        return TraceError(name, None, None,
+                          f"is a directory, not a {kind} file: give one file in it{hint}, "
+                          f"or a bundled {kind} name (`loom traces` lists them)")
     # Compare the last path component too, so "n9g8" suggests "elasticflow/n8g8".
     by_tail: dict[str, list[str]] = {}
     for n in available:
@@ -181,17 +187,28 @@ def _unknown(kind: str, name: str, available: list[str]) -> TraceError:
     )
 
 
+# The published names of the files that make a folder a production trace (Philly's job log,
+# a Helios cluster's log, Alibaba PAI's tables); `traces.readers.locate` reads them.
+TRACE_FOLDER_FILES = ("cluster_job_log", "cluster_log.csv", "pai_job_table.csv",
+                      "pai_task_table.csv")
+
+
+def _trace_folder(path: Path) -> bool:
+    return path.is_dir() and any((path / name).is_file() for name in TRACE_FOLDER_FILES)
+
+
 def resolve_trace(name_or_path: str | Path) -> tuple[str, Path]:
     """(trace name, file) for a bundled name or a path.
 
-    A `Path` is always a file. A string is a bundled name if one matches, else a file path;
-    checking names first keeps a bundled name meaning the same whatever the working directory.
+    A `Path` is always a file (or a folder holding a production trace's files). A string is a
+    bundled name if one matches, else a path; checking names first keeps a bundled name
+    meaning the same whatever the working directory.
     """
     if isinstance(name_or_path, str):
         bundled = _TRACES_BY_NAME.get(name_or_path)
         if bundled is not None:
             return bundled.name, bundled.path
-        if not Path(name_or_path).is_file():
+        if not (Path(name_or_path).is_file() or _trace_folder(Path(name_or_path))):
             raise _unknown("trace", name_or_path, list(_TRACES_BY_NAME))
     path = Path(name_or_path)
     return path.stem, path

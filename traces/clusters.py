@@ -4,19 +4,21 @@ ElasticFlow), a JSON `ClusterSpec`, or GPU-type counts such as `36:36:36` (Gavel
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from schemas.cluster import ClusterSpec
+from schemas.cluster import MAX_NODES, ClusterSpec, check_size
+from schemas.userinput import DuplicateKeyError, describe, loads_unique
 from traces.bundled import resolve_cluster
 from traces.errors import TraceError
+from traces.production import machine_table, production_cluster
 from traces.readers._csv import read_table, validated
 
 COLUMNS = ("num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node")
-# A typo such as 1000000 switches would otherwise allocate millions of NodeSpecs.
-MAX_NODES = 65_536
+# The limits are the cluster model's, the same for every syntax (schemas.cluster.check_size).
 
 _FIELDS = {"gpus": "num_gpu_p_node", "cpus": "num_cpu_p_node", "mem_gb": "mem_p_node"}
 
@@ -44,13 +46,24 @@ def load_cluster(name_or_path: str | Path, gpus_per_server: str | int = 4) -> Cl
     order: Muri simulator, Tiresias, ElasticFlow, Muri testbed (cluster_exp). So "n8g8" is
     Muri's simulator cluster (92 CPUs, 520 GB per node) and "n1g8" is ElasticFlow's.
     See `bundled_clusters()` for every name.
+
+    Production clusters at their papers' sizes are named `philly`, `helios/earth`,
+    `helios/saturn`, `helios/uranus`, `helios/venus`, `acme/seren` and `acme/kalos`
+    (`traces.production`); Philly's `cluster_machine_list` and Alibaba PAI's
+    `pai_machine_spec.csv` are read as the clusters they list.
     """
     text = str(name_or_path)
     if _COUNTS.match(text):
         return _from_counts(text, gpus_per_server)
     if text.endswith(".json"):
         return _from_json(Path(text))
+    production = production_cluster(text)
+    if production is not None:
+        return production
     path = resolve_cluster(name_or_path)
+    machines = machine_table(path)
+    if machines is not None:
+        return machines
     table = read_table(path)
     if set(table.columns) != set(COLUMNS):
         raise TraceError(
@@ -69,11 +82,12 @@ def load_cluster(name_or_path: str | Path, gpus_per_server: str | int = 4) -> Cl
     gpus = row.positive_int("num_gpu_p_node")
     cpus = row.non_negative_int("num_cpu_p_node")
     mem_gb = row.non_negative_float("mem_p_node")
-    if switches * per_switch > MAX_NODES:
-        raise row.error(
-            "num_node_p_switch",
-            f"{switches} x {per_switch} nodes is more than the {MAX_NODES} supported",
-        )
+    try:
+        check_size(switches * per_switch, switches * per_switch * gpus)
+    except ValueError as exc:
+        nodes = switches * per_switch
+        field = "num_gpu_p_node" if nodes <= MAX_NODES else "num_node_p_switch"
+        raise row.error(field, f"{switches} x {per_switch} nodes: {exc}") from None
     return validated(
         row,
         _FIELDS,
@@ -111,11 +125,20 @@ def _from_counts(text: str, gpus_per_server: str | int) -> ClusterSpec:
 
 
 def _from_json(path: Path) -> ClusterSpec:
+    """A `ClusterSpec` as JSON, taken as typed (strict: `"gpus": "8"` is refused) and with
+    each key once."""
     try:
-        return ClusterSpec.model_validate_json(path.read_bytes())
+        raw = path.read_bytes()
+        loads_unique(raw)
+        return ClusterSpec.model_validate_json(raw, strict=True)
     except OSError as exc:
+        if path.is_dir():
+            raise TraceError(path, 1, None, "is a directory, not a cluster file") from None
         raise TraceError(path, 1, None, f"cannot read cluster file: {exc.strerror}") from None
+    except (DuplicateKeyError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(path, 1, None, f"not valid JSON: {exc}") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
+        first = exc.errors(include_url=False)[0]
         where = ".".join(map(str, first["loc"]))
-        raise TraceError(path, 1, where or None, first["msg"]) from None
+        problem = describe(first, ClusterSpec.model_fields).split(": ", 1)[-1]
+        raise TraceError(path, 1, where or None, problem) from None

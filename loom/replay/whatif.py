@@ -72,7 +72,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("jobs", "jobs", "d"), ("finished", "finished", "d"), ("rejected", "rejected", "d"),
     ("avg JCT (s)", "avg_jct_s", ",.0f"), ("p50 JCT (s)", "p50_jct_s", ",.0f"),
     ("p99 JCT (s)", "p99_jct_s", ",.0f"), ("makespan (s)", "makespan_s", ",.0f"),
-    ("avg queueing (s)", "avg_queueing_s", ",.0f"), ("preemptions", "preemptions", "d"),
+    ("avg time to first start (s)", "avg_queueing_s", ",.0f"),
+    ("avg time pending (s)", "avg_pending_s", ",.0f"), ("preemptions", "preemptions", "d"),
     ("deadline ratio", "deadline_ratio", ".3f"), ("GPU utilisation", "gpu_util", ".3f"),
 )
 

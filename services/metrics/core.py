@@ -38,6 +38,10 @@ class JobOutcome:
     contention: float | None = None  # average active jobs over its lifetime (≥ 1)
     total_gpus: int = 0
     gpu_s: float = 0.0  # GPU-seconds it held (per-tenant shares)
+    # Seconds spent waiting (queued, or preempted and not yet restarted), every wait counted;
+    # `waiting_since` is when the current wait began (None: not waiting now).
+    pending_s: float = 0.0
+    waiting_since: float | None = None
 
     @property
     def jct_s(self) -> float | None:
@@ -45,6 +49,7 @@ class JobOutcome:
 
     @property
     def queueing_s(self) -> float | None:
+        """Time to first start: submission to the first launch (later waits not counted)."""
         return None if self.start_s is None else self.start_s - self.submit_s
 
     @property
@@ -83,6 +88,11 @@ def plan_record(p: PlanDecided, at: float) -> str:
     return f"P {at!r} {p.cycle} [{launches}] [{stops}] {p.running} {p.busy_gpus}\n"
 
 
+def _rejection_code(t: JobTransitionV1) -> str:
+    """What kind of rejection this is: its status code (`rejected_too_large`, ...)."""
+    return t.status.code.value if t.status is not None else "rejected"
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Muri's calc.py convention: sorted[floor(q·n)], clamped to the last element."""
     n = len(sorted_values)
@@ -111,6 +121,8 @@ class MetricsCore(CoreDefaults):
         self.last_end = 0.0
         self.finished = 0
         self.rejected = 0
+        # Why jobs were rejected: the admission status code (too large, invalid, quota, ...).
+        self.rejected_by: Counter[str] = Counter()
         self.interleaved = 0  # launches onto GPUs shared with other jobs (Muri groups)
         self._held_since: dict[str, tuple[float, int]] = {}  # running job → (since, GPUs)
         self.awaited: set[str] = set()  # jobs a run waits for (Gavel's jobs_to_complete)
@@ -171,15 +183,23 @@ class MetricsCore(CoreDefaults):
             spec = t.spec
             if spec is None:  # rejected before it had a valid spec
                 self.rejected += 1
+                self.rejected_by[_rejection_code(t)] += 1
                 return
             out = JobOutcome(t.job_id, spec.tenant, spec.model, spec.gpus, spec.submit_time_s,
                              spec.deadline_s, spec.best_effort, t.state, work_s=spec.work_s,
                              total_gpus=self.total_gpus)
             self.jobs[t.job_id] = out
+            if t.state.waiting:  # its wait began when it was submitted
+                out.waiting_since = min(spec.submit_time_s, at)
             if t.state is JobState.QUEUED:
                 self._area_at_admit[t.job_id] = (at, self._contend(+1, at))
             if self.first_submit is None or spec.submit_time_s < self.first_submit:
                 self.first_submit = spec.submit_time_s
+        if out.waiting_since is not None and not t.state.waiting:
+            out.pending_s += at - out.waiting_since
+            out.waiting_since = None
+        elif out.waiting_since is None and t.state.waiting:
+            out.waiting_since = at
         if t.previous is JobState.RUNNING and t.job_id in self._held_since:
             since, held = self._held_since.pop(t.job_id)
             out.gpu_s += held * (at - since)
@@ -211,6 +231,7 @@ class MetricsCore(CoreDefaults):
             self.last_end = max(self.last_end, at)
         if t.state is JobState.REJECTED:
             self.rejected += 1
+            self.rejected_by[_rejection_code(t)] += 1
         out.state = t.state
         out.cause = t.cause
 
@@ -220,6 +241,7 @@ class MetricsCore(CoreDefaults):
     def summary(self) -> dict[str, object]:
         jcts = sorted(j.jct_s for j in self.jobs.values() if j.jct_s is not None)
         waits = [j.queueing_s for j in self.jobs.values() if j.queueing_s is not None]
+        pending = [j.pending_s for j in self.jobs.values() if j.state is JobState.FINISHED]
         deadline_jobs = [j for j in self.jobs.values() if j.met_deadline is not None]
         declined = sum(1 for j in deadline_jobs if j.state is JobState.REJECTED)
         best_effort = [j.jct_s for j in self.jobs.values() if j.best_effort and j.jct_s is not None]
@@ -230,11 +252,17 @@ class MetricsCore(CoreDefaults):
             "jobs": len(self.jobs),
             "finished": self.finished,
             "rejected": self.rejected,
+            "rejected_by": dict(sorted(self.rejected_by.items())),
             "avg_jct_s": sum(jcts) / len(jcts) if jcts else None,
             "p50_jct_s": percentile(jcts, 0.5) if jcts else None,
             "p99_jct_s": percentile(jcts, 0.99) if jcts else None,
             "makespan_s": self.last_end if jcts else None,
+            # Time to first start (submission to first launch), over the jobs that started;
+            # `avg_queueing_s` is its older name, kept for the readers of earlier summaries.
+            "avg_first_start_s": sum(waits) / len(waits) if waits else None,
             "avg_queueing_s": sum(waits) / len(waits) if waits else None,
+            # Every wait, before the first start and after each preemption, over finished jobs.
+            "avg_pending_s": sum(pending) / len(pending) if pending else None,
             "preemptions": sum(j.preemptions for j in self.jobs.values()),
             "interleaved_launches": self.interleaved,
             "ftf_rho_mean": sum(rhos) / len(rhos) if rhos else None,

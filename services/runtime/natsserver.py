@@ -42,6 +42,17 @@ def find_binary() -> str:
     )
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` can be bound on `host` now (a server may still take it first)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -62,12 +73,15 @@ class EmbeddedNats:
         return f"nats://127.0.0.1:{self.port}"
 
     @classmethod
-    async def start(cls, store: Path | None = None, timeout: float = 10.0) -> EmbeddedNats:
+    async def start(cls, store: Path | None = None, timeout: float = 10.0,
+                    port: int | None = None) -> EmbeddedNats:
+        """Start a server on `port` (None: a free one) with its store in `store` (None: a
+        temporary folder, removed when it stops)."""
         tmp = None
         if store is None:
             tmp = tempfile.TemporaryDirectory(prefix="loom-nats-")
             store = Path(tmp.name)
-        port = free_port()
+        port = free_port() if port is None else port
         log = store / "nats-server.log"
         proc = subprocess.Popen(
             [find_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store / "js"),

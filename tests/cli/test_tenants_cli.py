@@ -79,7 +79,7 @@ def test_bad_tenants_file_exits_2_naming_file_tenant_and_field(
     bad.write_text("[tenants.nlp]\nweight = 2\nmax_gpus = -4\n")
     assert main([*command, "--tenants", str(bad)]) == 2
     err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
-    assert f"{bad}: tenant 'nlp': max_gpus: Input should be greater than or equal to 0" in err
+    assert f"{bad}: tenant 'nlp': max_gpus: got -4; allowed: a number of at least 0" in err
 
 
 def test_loom_serve_scheduler_gets_the_tenants_file(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def job(**change: Any) -> bytes:
     (job(iteration_time_s=MAX_SECONDS * 2), ["iteration_time_s", "1000000000000"]),
     (job(deadline_s=1e300), ["deadline_s"]),
     (job(model="m" * (MAX_NAME + 1)), ["model", str(MAX_NAME)]),
-    (job(tenant="bad tenant!"), ["tenant", "pattern"]),
+    (job(tenant="bad tenant!"), ["tenant", "bad tenant!", "allowed: letters, digits"]),
     (job(stage_times_s=[0.1] * (MAX_STAGES + 1)), ["stage_times_s", str(MAX_STAGES)]),
     (job(throughputs={f"t{i}": 1.0 for i in range(65)}), ["throughputs", "64"]),
     (job(scaling={"5000": 1.0}), ["scaling", str(MAX_GPUS)]),

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, Protocol, TextIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -60,6 +60,11 @@ def read_table(path: Path) -> Table:
         raise TraceError(path, None, None, f"not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise TraceError(path, None, None, exc.strerror or str(exc)) from None
+    return Table(path, header_columns(path, header), records)
+
+
+def header_columns(path: Path, header: list[str] | None) -> tuple[str, ...]:
+    """The column names of a header row, refusing an empty, blank or repeated name."""
     if header is None or not any(h.strip() for h in header):
         raise TraceError(path, 1, None, "expected a header row, found an empty line")
     columns = tuple(h.strip() for h in header)
@@ -70,7 +75,7 @@ def read_table(path: Path) -> Table:
         if column in seen:
             raise TraceError(path, 1, column, "column appears twice in the header")
         seen.add(column)
-    return Table(path, columns, records)
+    return columns
 
 
 def _records(path: Path, f: TextIO) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
@@ -85,6 +90,15 @@ def _records(path: Path, f: TextIO) -> tuple[list[str] | None, list[tuple[int, l
     except csv.Error as exc:
         raise TraceError(path, reader.line_num, None, f"malformed CSV: {exc}") from None
     return header, records
+
+
+class Where(Protocol):
+    """Where a record sits (a CSV row, a JSON object), for errors naming file, line and field."""
+
+    path: Path
+    line: int
+
+    def error(self, column: str | None, message: str) -> TraceError: ...
 
 
 class Row:
@@ -115,6 +129,14 @@ class Row:
 
     def text(self, column: str) -> str:
         return self._raw(column, "text")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self._index)
+
+    def cell(self, column: str) -> str:
+        """The cell as written, surrounding blanks removed ("" when empty)."""
+        return self._values[self._index[column]].strip()
 
     # The numeric accessors run once per cell (~75,000 times for Muri's trace2), so each tries
     # the plain conversion first and only works out the message once the value is known bad.
@@ -171,7 +193,7 @@ class Row:
         return stamp
 
 
-def validated(row: Row, columns: Mapping[str, str], build: Callable[[], M]) -> M:
+def validated(row: Where, columns: Mapping[str, str], build: Callable[[], M]) -> M:
     """Run a pydantic constructor, reporting a failure against the CSV column it came from.
 
     `columns` maps model field names to the column that fed them; fields with no column (and
@@ -190,7 +212,7 @@ def validated(row: Row, columns: Mapping[str, str], build: Callable[[], M]) -> M
         raise row.error(column, message) from None
 
 
-def make_job(row: Row, columns: Mapping[str, str], **fields: Any) -> JobSpec:
+def make_job(row: Where, columns: Mapping[str, str], **fields: Any) -> JobSpec:
     """Build a JobSpec; `columns` maps JobSpec fields to the CSV columns they came from."""
     return validated(row, columns, lambda: JobSpec.model_validate(fields))
 

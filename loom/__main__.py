@@ -1,0 +1,7 @@
+"""`python -m loom`: the `loom` command."""
+
+import sys
+
+from loom.cli import main
+
+sys.exit(main())
