@@ -3,6 +3,7 @@ naming what is wrong; a job id is taken once."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -11,8 +12,9 @@ from domain import causes
 from policies.mechanisms.admission import submit_refusal
 from schemas import subjects
 from schemas.events import JobTransition
-from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.job import JobSpec, JobState, SubmitJob, valid_job_id
 from schemas.status import Status, StatusCode
+from schemas.userinput import explain
 from services.runtime.effects import Effect, Publish
 
 if TYPE_CHECKING:
@@ -20,14 +22,14 @@ if TYPE_CHECKING:
 
 
 def on_submit(core: SchedulerCore, sub: SubmitJob, event_id: str, now: float) -> list[Effect]:
-    job_id = sub.job_id or f"job-{event_id}"
+    job_id = sub.job_id or _unnamed_id(event_id)
     if job_id in core.jobs:
         _check_resubmission(core, job_id, sub)
         return []  # the same job again (a retried submit, a re-delivery): handled once
     try:
         spec = sub.to_spec(job_id, now)
-    except ValidationError as exc:
-        msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    except ValidationError as exc:  # e.g. an id made from a message id no job id may be
+        msg = explain(exc, JobSpec.model_fields)
         return _reject(core, job_id, None, StatusCode.REJECTED_INVALID, msg, now)
     refusal = _refusal(core, spec)
     if refusal is not None:
@@ -37,6 +39,16 @@ def on_submit(core: SchedulerCore, sub: SubmitJob, event_id: str, now: float) ->
         core.transition(rec, JobState.QUEUED, causes.ADMITTED, now, with_spec=True)]
     core.show(rec)
     return effects + core.request_cycle(now, "arrival")
+
+
+def _unnamed_id(event_id: str) -> str:
+    """The id of a job submitted without one: from its message id, which its sender chose
+    (`nats pub` sets any Nats-Msg-Id); one that cannot name a job (a space, a slash, too
+    long) is hashed into one that can, so the job is taken rather than lost."""
+    try:
+        return valid_job_id(f"job-{event_id}")
+    except ValueError:
+        return f"job-{hashlib.sha256(event_id.encode()).hexdigest()[:24]}"
 
 
 def _refusal(core: SchedulerCore, spec: JobSpec) -> tuple[StatusCode, str] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Hashable
 
 import pytest
@@ -182,6 +183,35 @@ def test_unnamed_submission_gets_an_id_from_its_event() -> None:
     sub = SubmitJob(model="m", gpus=1, iterations=1, iteration_time_s=1.0)
     (t,) = _published(_deliver(core, sub, 5.0), JobTransition)
     assert t.job_id.startswith("job-e") and t.spec is not None and t.spec.submit_time_s == 5.0
+
+
+@pytest.mark.parametrize(("event_id", "job_id"), [
+    ("e7", "job-e7"),
+    ("has space", "job-" + hashlib.sha256(b"has space").hexdigest()[:24]),
+    ("a/b", "job-" + hashlib.sha256(b"a/b").hexdigest()[:24]),
+    ("x" * 200, "job-" + hashlib.sha256(b"x" * 200).hexdigest()[:24]),
+])
+def test_an_unnamed_job_is_taken_whatever_its_message_id(event_id: str, job_id: str) -> None:
+    """The sender picks the message id (`nats pub` sets any): one that cannot name a job is
+    hashed into one that can, so the job is queued rather than lost."""
+    core = _core()
+    sub = SubmitJob(model="m", gpus=1, iterations=1, iteration_time_s=1.0)
+    env = envelope(sub, event_id=event_id, occurred_at=0.0, producer="t", causation_id=None)
+    (t,) = _published(core.handle(env, 0.0), JobTransition)
+    assert (t.job_id, t.state) == (job_id, JobState.QUEUED)
+
+
+def test_a_job_that_cannot_be_a_spec_is_rejected_in_loom_s_words() -> None:
+    """A submission built in-process without validation: refused with the field, what it got
+    and what is allowed, not pydantic's text."""
+    core = _core()
+    sub = SubmitJob.model_construct(job_id="z", model="m", gpus=0, iterations=1,
+                                    iteration_time_s=1.0)
+    (t,) = _published(_deliver(core, sub, 0.0), JobTransition)
+    assert t.state is JobState.REJECTED and t.status is not None
+    assert t.status.code is StatusCode.REJECTED_INVALID
+    assert t.cause.startswith("gpus: got 0") and "allowed:" in t.cause
+    assert "pydantic" not in t.cause and "should be" not in t.cause
 
 
 def test_round_mode_replans_on_the_round_grid_only() -> None:
