@@ -33,6 +33,7 @@ from domain.workloads import FAMILIES, for_trace_model
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
+from schemas.userinput import DuplicateKeyError, loads_unique
 
 OVERHEADS_FORMAT = "loom.overheads.v1"  # `loom profile`'s overheads.json
 
@@ -135,9 +136,11 @@ def load_measured_overheads(path: Path) -> dict[str, dict[int, float]]:
     """Restart seconds per workload and GPU count from `loom profile`'s overheads.json."""
     where = f"--overhead profile:{path}"
     try:
-        raw = json.loads(path.read_text())
+        raw = loads_unique(path.read_text())
     except OSError as exc:
         raise ValueError(f"{where}: cannot read: {exc.strerror}") from None
+    except DuplicateKeyError as exc:
+        raise ValueError(f"{where}: invalid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     if not isinstance(raw, dict) or raw.get("format") != OVERHEADS_FORMAT:

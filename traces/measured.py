@@ -18,6 +18,7 @@ from pathlib import Path
 
 from domain.workloads import FAMILIES, for_trace_model
 from schemas.job import JobSpec
+from schemas.userinput import loads_unique
 from traces.errors import TraceError
 from traces.scaling import ScalingTable, read_folder
 
@@ -48,7 +49,7 @@ def load_measured(folder: str | Path) -> MeasuredProfile:
     stage_file = root / "stages.json"
     if stage_file.exists():
         try:
-            raw = json.loads(stage_file.read_text())
+            raw = loads_unique(stage_file.read_text())
             for model, per_count in raw["workloads"].items():
                 stages[model] = {int(g): tuple(float(row[k]) for k in STAGE_KEYS)  # type: ignore[misc]
                                  for g, row in per_count.items()}

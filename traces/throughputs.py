@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from schemas.throughputs import JobKey, ThroughputTable
+from schemas.userinput import DuplicateKeyError, loads_unique
 
 __all__ = ["DEFAULT_THROUGHPUTS", "JobKey", "ThroughputTable", "load_throughputs"]
 from traces.bundled import DATA_DIR
@@ -41,9 +42,11 @@ def load_throughputs(path: str | Path | None = None) -> ThroughputTable:
     """Read a throughputs JSON (default: Gavel's bundled simulation table)."""
     p = Path(path) if path is not None else DEFAULT_THROUGHPUTS
     try:
-        raw = json.loads(p.read_text())
+        raw = loads_unique(p.read_text())
     except OSError as exc:
         raise TraceError(p, None, None, f"cannot read throughputs file: {exc.strerror}") from None
+    except DuplicateKeyError as exc:
+        raise TraceError(p, None, None, f"invalid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise TraceError(p, exc.lineno, None, f"invalid JSON: {exc.msg}") from None
     if not isinstance(raw, dict) or not raw:
