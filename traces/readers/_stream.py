@@ -312,3 +312,20 @@ def optional_count(row: Row, column: str) -> int | None:
 def optional_amount(row: Row, column: str) -> float | None:
     """A non-negative number cell; None when empty."""
     return row.non_negative_float(column) if row.cell(column) else None
+
+
+def recorded_run(row: Row, gpus: int, start: float | None, end: float | None,
+                 duration: float | None) -> float | str:
+    """How long a recorded GPU job ran (its `duration`, else end - start), or why it has
+    nothing to simulate (a skip reason above). Shared by the CSV logs (Helios, Acme)."""
+    if gpus == 0:
+        return NO_GPUS
+    if start is None:
+        return NEVER_STARTED
+    if duration is None:
+        if end is None:
+            return NO_END
+        duration = end - start
+        if duration < 0:
+            raise row.error("end_time", "is before start_time (and duration is empty)")
+    return duration if duration > 0 else ZERO_DURATION

@@ -22,10 +22,6 @@ from pathlib import Path
 
 from traces.readers._csv import unit_iterations
 from traces.readers._stream import (
-    NEVER_STARTED,
-    NO_END,
-    NO_GPUS,
-    ZERO_DURATION,
     Candidate,
     Clock,
     Scan,
@@ -33,6 +29,7 @@ from traces.readers._stream import (
     csv_rows,
     optional_amount,
     optional_count,
+    recorded_run,
 )
 
 COLUMNS = ("job_id", "user", "node_num", "gpu_num", "cpu_num", "type", "state", "submit_time",
@@ -69,27 +66,15 @@ def scan(path: Path) -> Scan:
         optional_amount(row, "gpu_time")
         for column in extra:
             clock.cell(row, column)
-        if gpus == 0:
-            yield NO_GPUS
+        ran = recorded_run(row, gpus, start, end, duration)
+        if isinstance(ran, str):
+            yield ran
             continue
-        if start is None:
-            yield NEVER_STARTED
-            continue
-        if duration is None:
-            if end is None:
-                yield NO_END
-                continue
-            duration = end - start
-            if duration < 0:
-                raise row.error("end_time", "is before start_time (and duration is empty)")
-        if duration <= 0:
-            yield ZERO_DURATION
-            continue
-        iterations, iteration_time = unit_iterations(duration)
+        iterations, iteration_time = unit_iterations(ran)
         yield Candidate(row, submit, state, {
             "job_id": job_id, "tenant": tenant, "model": "unknown", "job_type": job_type,
             "gpus": gpus, "iterations": iterations, "iteration_time_s": iteration_time,
-            "duration_s": duration}, _FIELDS)
+            "duration_s": ran}, _FIELDS)
 
 
 FORMAT = StreamFormat(

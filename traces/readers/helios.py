@@ -26,10 +26,6 @@ from pathlib import Path
 from traces.errors import TraceError
 from traces.readers._csv import unit_iterations
 from traces.readers._stream import (
-    NEVER_STARTED,
-    NO_END,
-    NO_GPUS,
-    ZERO_DURATION,
     Candidate,
     Clock,
     Scan,
@@ -37,6 +33,7 @@ from traces.readers._stream import (
     csv_rows,
     optional_amount,
     optional_count,
+    recorded_run,
 )
 
 LOG = "cluster_log.csv"
@@ -66,27 +63,15 @@ def scan(path: Path) -> Scan:
         end = clock.cell(row, "end_time")
         duration = optional_amount(row, "duration")
         optional_amount(row, "queue")
-        if gpus == 0:
-            yield NO_GPUS
+        ran = recorded_run(row, gpus, start, end, duration)
+        if isinstance(ran, str):
+            yield ran
             continue
-        if start is None:
-            yield NEVER_STARTED
-            continue
-        if duration is None:
-            if end is None:
-                yield NO_END
-                continue
-            duration = end - start
-            if duration < 0:
-                raise row.error("end_time", "is before start_time (and duration is empty)")
-        if duration <= 0:
-            yield ZERO_DURATION
-            continue
-        iterations, iteration_time = unit_iterations(duration)
+        iterations, iteration_time = unit_iterations(ran)
         yield Candidate(row, submit, state, {
             "job_id": job_id, "tenant": tenant, "model": "unknown", "gpus": gpus,
             "iterations": iterations, "iteration_time_s": iteration_time,
-            "duration_s": duration}, _FIELDS)
+            "duration_s": ran}, _FIELDS)
 
 
 FORMAT = StreamFormat(
