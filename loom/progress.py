@@ -112,8 +112,9 @@ class RunProgress:
 
     def __init__(self, label: str, mode: Mode = "lines", *, interval_s: float | None = None,
                  stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, unit: str = "jobs") -> None:
         self.label = label
+        self.unit = unit  # what `finished` counts: jobs of a simulation, messages of a replay
         self.mode = mode
         self.interval_s = INTERVAL_S if interval_s is None else interval_s
         self.stream = stream or sys.stderr
@@ -131,7 +132,7 @@ class RunProgress:
         if self.mode == "bar":
             self._bar = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("jobs · {task.fields[detail]}"),
+                TextColumn(f"{self.unit} · {{task.fields[detail]}}"),
                 console=Console(file=self.stream), transient=True)
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=None, detail="starting")
@@ -159,8 +160,9 @@ class RunProgress:
                 self.interval_s:
             self.last_line = wall
             self.lines += 1
-            done = (f"{finished:,}/{total:,} jobs ({100 * finished / total:.0f}%)" if total > 0
-                    else f"{finished:,} jobs")
+            unit = self.unit
+            done = (f"{finished:,}/{total:,} {unit} ({100 * finished / total:.0f}%)"
+                    if total > 0 else f"{finished:,} {unit}")
             self.stream.write(f"{self.label}: {done} · {detail}\n")
             self.stream.flush()
 

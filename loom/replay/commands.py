@@ -16,6 +16,7 @@ from rich.table import Table
 
 from loom.eventlog import RunInfo, read_log
 from loom.live_args import add_connection, default_url
+from loom.progress import RunProgress, choose_mode
 from loom.replay.cores import fresh_cores
 from loom.replay.engine import check_digest, check_payloads, replay
 from loom.replay.whatif import arrivals, comparison_rows, recorded_summary, what_if
@@ -66,6 +67,8 @@ def add_commands(sub: Any, positive: Callable[[str], float],
     rp.add_argument("--policy", help="what-if: simulate the log's arrivals under this policy")
     rp.add_argument("--round-s", type=positive,
                     help="what-if: re-plan every S seconds (default: as recorded)")
+    rp.add_argument("--quiet", action="store_true",
+                    help="no progress (a bar on a terminal, else a line about every 10 s)")
 
     lg = sub.add_parser("log", help="event logs").add_subparsers(dest="log_command",
                                                                  required=True)
@@ -93,7 +96,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _what_if(log, args.policy, args.round_s)
     if args.round_s is not None:
         raise ValueError("--round-s applies to a what-if replay (--policy) only")
-    result = replay(log, fresh_cores(log))
+    with RunProgress("replay", choose_mode(args.quiet), unit="messages") as shown:
+        result = replay(log, fresh_cores(log),
+                        progress=lambda done, total, at: shown(done, total, at, done, done))
     check_digest(log, result)
     checked = ", ".join(f"{n} {k:,} decisions from {result.inputs[n]:,} inputs"
                         for n, k in result.decisions.items())

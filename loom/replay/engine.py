@@ -26,7 +26,7 @@ import hashlib
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,8 +358,15 @@ def _handling_times(log: EventLog, handled: dict[str, dict[str, float]]) -> None
             handled[env.producer].setdefault(env.causation_id, env.occurred_at)
 
 
-def replay(log: EventLog, cores: list[Core]) -> ReplayResult:
-    """Check every decision the log holds of `cores` against fresh copies fed its inputs."""
+# Replay progress: (messages replayed, messages in the log, the log's time at that message).
+ReplayProgress = Callable[[int, int, float], None]
+PROGRESS_EVERY = 2048  # messages between two progress reports
+
+
+def replay(log: EventLog, cores: list[Core], progress: ReplayProgress | None = None
+           ) -> ReplayResult:
+    """Check every decision the log holds of `cores` against fresh copies fed its inputs;
+    `progress` is told how far it is every `PROGRESS_EVERY` messages."""
     exact = log.source == "sim"
     replays = [CoreReplay(core, exact=exact) for core in cores]
     first = log.records[0].time if log.records else 0.0
@@ -377,7 +384,10 @@ def replay(log: EventLog, cores: list[Core]) -> ReplayResult:
                 got: Decision | None, why: str) -> Divergence:
         return Divergence(r.name, rec, env, got, tuple(r.inputs), r.matched, why)
 
-    for rec in log.records:
+    total = len(log.records)
+    for done, rec in enumerate(log.records):
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(done, total, rec.time)
         env = recorded_envelope(rec)
         if env is not None and rec.subject in subjects.LEGACY_NODE_SUBJECTS:
             node = getattr(env.body, "node_id", None)

@@ -178,3 +178,15 @@ def test_a_run_that_would_exhaust_memory_stops_before_it_starts(
     assert ("would likely exhaust it" in err) == (rc == 2)
     assert (tmp_path / ("summary.json" if command == "sim" else "compare.json")).exists() \
         == (rc == 0)
+
+
+@pytest.mark.parametrize(("flags", "lines"), [([], True), (["--quiet"], False)])
+def test_replay_reports_its_progress_in_messages(flags: list[str], lines: bool,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(progress, "INTERVAL_S", 0.0)  # a line at every report
+    log = Path(__file__).resolve().parents[2] / "traces/logs/tiresias-60job.eventlog.gz"
+    assert main(["replay", str(log), *flags]) == 0
+    captured = capsys.readouterr()
+    assert "OK " in captured.out
+    assert ("replay: " in captured.err and " messages (" in captured.err) == lines
