@@ -64,7 +64,7 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
 )
 
 
-def _shown(key: str, summaries: Sequence[dict[str, object]]) -> bool:
+def _shown(key: str, summaries: Sequence[Mapping[str, object]]) -> bool:
     """A column appears when it says something: deadline counts only for deadline traces,
     declined jobs only under admission control."""
     if key == "deadline_met":
@@ -76,14 +76,41 @@ def _shown(key: str, summaries: Sequence[dict[str, object]]) -> bool:
     return any(s.get(key) is not None for s in summaries)
 
 
+def shown_columns(summaries: Sequence[Mapping[str, object]]) -> list[tuple[str, str, int]]:
+    """The columns of `COLUMNS` that say something for these runs (see `_shown`)."""
+    return [c for c in COLUMNS if _shown(c[0], summaries)]
+
+
+def cell_text(value: object, digits: int = 1) -> str:
+    """A summary value as the results table writes it."""
+    return _fmt(value, digits)
+
+
 def results_table(summaries: Sequence[dict[str, object]], title: str) -> Table:
     jobs = summaries[0].get("jobs") if summaries else None
     table = Table(title=f"{title} — {jobs} jobs, times in seconds", title_justify="left")
-    show = [c for c in COLUMNS if _shown(c[0], summaries)]
+    show = shown_columns(summaries)
     for _, header, _ in show:
         table.add_column(header, justify="left" if header == "policy" else "right")
     for s in summaries:
         table.add_row(*[_fmt(s.get(key), digits) for key, _, digits in show])
+    return table
+
+
+def matrix_table(rows: Sequence[tuple[str, Mapping[str, object]]], title: str) -> Table:
+    """The results of several traces in one table: each row a (trace label, run summary),
+    a rule between traces."""
+    table = Table(title=f"{title} — times in seconds", title_justify="left")
+    show = shown_columns([s for _, s in rows])
+    table.add_column("trace")
+    table.add_column("jobs", justify="right")
+    for _, header, _ in show:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for i, (label, s) in enumerate(rows):
+        last = i + 1 == len(rows) or rows[i + 1][0] != label
+        first = i == 0 or rows[i - 1][0] != label
+        table.add_row(label if first else "", _fmt(s.get("jobs")) if first else "",
+                      *[_fmt(s.get(key), digits) for key, _, digits in show], end_section=last)
     return table
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
 from domain.placement import SCHEMES
-from loom import trace_cli
+from loom import compare_traces, trace_cli
 from loom.cli_common import out, overhead, positive, slug
 from loom.plots import jct_cdf
 from loom.progress import check_memory, run_reported
@@ -21,12 +22,24 @@ from loom.runs import RunSpec, compare
 from loom.simulate import SimResult
 from schemas.cluster import LIMITS_TEXT
 
+CLUSTER_HELP = ("bundled name (n8g8), cluster-spec CSV or JSON, or GPU counts per type "
+                f"V100:P100:K80 (36:36:36); whatever the form, {LIMITS_TEXT}")
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", required=True, help="bundled name (muri/trace1) or CSV path")
-    p.add_argument("--cluster", required=True,
-                   help="bundled name (n8g8), cluster-spec CSV or JSON, or GPU counts per type "
-                        f"V100:P100:K80 (36:36:36); whatever the form, {LIMITS_TEXT}")
+
+def _add_run_options(p: argparse.ArgumentParser, several: bool = False) -> None:
+    """The flags of a run; `several`: `loom compare`, which also takes `--traces` (then
+    `--cluster` is the default of the entries that name none)."""
+    if not several:
+        p.add_argument("--trace", required=True, help="bundled name (muri/trace1) or CSV path")
+        p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
+    else:
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--trace", help="bundled name (muri/trace1) or CSV path")
+        which.add_argument("--traces", metavar=compare_traces.SYNTAX,
+                           help=compare_traces.TRACES_HELP)
+        p.add_argument("--cluster", help=CLUSTER_HELP + " (required with --trace; with "
+                                                        "--traces: the cluster of every entry "
+                                                        "without @CLUSTER)")
     p.add_argument("--gpus-per-server", default="4",
                    help="with GPU counts: GPUs per server, N or N:N:N per type (default 4)")
     p.add_argument("--throughputs", help="per-GPU-type throughput JSON for Gavel traces "
@@ -74,6 +87,22 @@ def _add_no_plot(p: argparse.ArgumentParser) -> None:
                         "simulation)")
 
 
+COMPARE_DESCRIPTION = """\
+Simulate several policies, each in its own process, and print one table.
+
+  one trace:      loom compare --trace muri/trace3 --cluster n8g8 --policies fifo,srtf
+                  writes DIR/compare.json, DIR/jct_cdf.png and DIR/<policy>/
+  several traces: loom compare --traces muri/trace3@n8g8,tiresias/60_job@n1g4 \\
+                      --policies fifo,srtf,tiresias
+                  every policy on every trace; an entry is TRACE or TRACE@CLUSTER, and
+                  --cluster is the cluster of the entries without @CLUSTER. Writes
+                  DIR/compare.json (a row per trace x policy), DIR/report.html (a page that
+                  opens offline: results tables, JCT CDFs, time to first start by job size,
+                  utilisation over time, tenant shares), DIR/<trace>/jct_cdf.png and
+                  DIR/<trace>/<policy>/{summary.json,jobs.csv}
+"""
+
+
 def add_commands(sub: Any) -> None:
     sim = sub.add_parser("sim", help="simulate one policy on a trace")
     _add_run_options(sim)
@@ -83,14 +112,19 @@ def add_commands(sub: Any) -> None:
                                               "(.gz: gzipped; see `loom replay`)")
     _add_no_plot(sim)
 
-    cmp_ = sub.add_parser("compare", help="simulate several policies on one trace")
-    _add_run_options(cmp_)
+    cmp_ = sub.add_parser(
+        "compare", help="simulate several policies on one trace, or on several (--traces)",
+        description=COMPARE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_run_options(cmp_, several=True)
     cmp_.add_argument("--policies", required=True, help="comma-separated, e.g. srtf,tiresias")
-    cmp_.add_argument("--out", type=Path, help="output directory (default runs/<trace>-compare)")
+    cmp_.add_argument("--out", type=Path, help="output directory (default runs/<trace>-compare; "
+                                               "with --traces runs/<trace>+<trace>...-matrix)")
     cmp_.add_argument("--processes", type=int, default=0,
-                      help="parallel processes (default: one per policy, up to the CPU count)")
+                      help="parallel processes (default: one per policy, with --traces one "
+                           "per trace x policy, up to the CPU count)")
     cmp_.add_argument("--log", type=Path,
-                      help="also write each run's event log to DIR/<policy>.eventlog.gz")
+                      help="also write each run's event log to DIR/<policy>.eventlog.gz "
+                           "(with --traces DIR/<trace>/<policy>.eventlog.gz)")
     _add_no_plot(cmp_)
 
 
@@ -163,6 +197,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError("--policies is empty")
     if len(set(names)) != len(names):
         raise ValueError(f"--policies lists a policy twice: {args.policies}")
+    if args.traces is not None:
+        return _compare_traces(args, names)
+    if args.cluster is None:
+        raise ValueError("--cluster is required with --trace (with --traces, an entry may "
+                         "name its own: TRACE@CLUSTER)")
     specs = [_spec(args, name) for name in names]
     if args.log is not None:
         specs = [replay_cli.logged(s, args.log / f"{s.policy}.eventlog.gz") for s in specs]
@@ -190,6 +229,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         plot = ", jct_cdf.png"
     out.print(f"wrote {dest}/compare.json{plot} and {dest}/<policy>/")
     return _exit_code(summaries, args.strict)
+
+
+def _compare_traces(args: argparse.Namespace, names: list[str]) -> int:
+    """`loom compare --traces`: every policy on every trace (loom.compare_traces)."""
+    entries = compare_traces.parse_traces(args.traces, args.cluster)
+    prepared = compare_traces.prepare(entries, names, lambda name: _spec(args, name),
+                                      args.log, args.trace_filter)
+    for p in prepared:
+        if p.note is not None:
+            out.print(escape(p.note), highlight=False)
+    dest = args.out or compare_traces.default_dest(entries)
+    command = shlex.join(["loom", *getattr(args, "invocation", [])])
+    done = compare_traces.run(prepared, dest, processes=args.processes, quiet=args.quiet,
+                              memory_check=not args.no_memory_check, plot=not args.no_plot,
+                              command=command)
+    for p, summaries in zip(done.prepared, done.summaries, strict=True):
+        out.print(f"{escape(p.entry.label)}:", highlight=False)
+        _print_outcomes(summaries, label=True)
+    where = escape(str(dest))
+    plot = "" if args.no_plot else f", {where}/<trace>/jct_cdf.png"
+    out.print(f"wrote {where}/compare.json, {where}/report.html{plot} and "
+              f"{where}/<trace>/<policy>/", highlight=False)
+    return _exit_code([s for group in done.summaries for s in group], args.strict)
 
 
 COMMANDS = {"sim": cmd_sim, "compare": cmd_compare}

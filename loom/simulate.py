@@ -66,6 +66,8 @@ class SimConfig:
 class SimResult:
     summary: dict[str, object]
     jobs: list[JobOutcome] = field(default_factory=list)
+    # (time, fraction of the cluster's GPUs busy), a bounded series for utilisation plots
+    utilisation: list[tuple[float, float]] = field(default_factory=list)
 
 
 ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
@@ -152,7 +154,8 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
         # What made the decisions besides Loom: a newer solver may break ties otherwise.
         "versions": running_versions(),
     })
-    return SimResult(summary=summary, jobs=list(metrics.jobs.values()))
+    return SimResult(summary=summary, jobs=list(metrics.jobs.values()),
+                     utilisation=metrics.utilisation_over_time(kernel.now))
 
 
 @contextlib.contextmanager
