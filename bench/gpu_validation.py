@@ -195,6 +195,22 @@ def _run(argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
     return done.returncode, (done.stdout + done.stderr).strip()
 
 
+def doctor(work: Path, fake_gpus: int | None) -> dict[str, Any]:
+    """`loom doctor --json` as an operator runs it before a node joins (no NATS yet; the
+    checkpoint root in the run's folder), with its exit status."""
+    argv = [sys.executable, "-m", "loom", "doctor", "--json", "--no-nats",
+            "--checkpoint-root", str(work / "doctor-ckpt")]
+    if fake_gpus is not None:
+        argv += ["--fake-gpus", str(fake_gpus)]
+    code, output = _run(argv, timeout=50.0)
+    try:
+        found: dict[str, Any] = json.loads(output[output.index("{"):])
+    except ValueError:
+        return {"exit": code, "output": output[-2000:]}
+    found["exit"] = code
+    return found
+
+
 def environment() -> dict[str, Any]:
     env: dict[str, Any] = {"python": sys.version.split()[0], "executable": sys.executable,
                            "platform": platform.platform(), "machine": platform.machine()}
@@ -997,6 +1013,15 @@ async def main_async(args: argparse.Namespace) -> int:
                 report.measure(key, env[key])
 
     await run_step(report, budget, "environment", 150, env_step)
+
+    async def doctor_step() -> None:
+        report.data["doctor"] = await asyncio.to_thread(doctor, work, args.fake_gpus)
+        for check in report.data["doctor"].get("checks", []):
+            gpu = "" if check.get("gpu") is None else f"_gpu{check['gpu']}"
+            report.measure(f"doctor_{check.get('check')}{gpu}",
+                           f"{check.get('status')}: {check.get('measured', '')}")
+
+    await run_step(report, budget, "doctor", 60, doctor_step)
     mps_binary = find_mps_control(report)
 
     backend: GpuBackend | None = None

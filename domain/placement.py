@@ -20,6 +20,9 @@ Running jobs keep their GPUs when those are still free ("sticky"), and new jobs 
 running job holds, so a re-plan moves as few jobs as possible. Both schemes are monotone: if a
 gang of g GPUs does not fit, no bigger gang fits either, which lets policies skip ahead.
 
+GPUs taken out of service (a node's failed health check, `Topology.take_out`) are cordoned one
+at a time, as a drained node is whole: nothing new lands on them, a running job keeps its own.
+
 On a heterogeneous cluster a policy may ask for one GPU type (`try_place(..., gpu_type=)`): the
 same rules then apply to the nodes of that type only; without a type any node may be used.
 """
@@ -225,6 +228,8 @@ class Topology:
         self.uniform = len(sizes) <= 1
         self.total_gpus = cluster.total_gpus
         self._masks: dict[GpuSlots, tuple[tuple[int, int], ...] | None] = {}
+        # GPUs out of service, per node as a mask (`take_out`): nothing new lands on them.
+        self.out: dict[str, int] = {}
 
     def learn_links(self, node_id: str, pairs: Collection[tuple[int, int]]) -> None:
         """A node's NVLink-connected GPU pairs (by index): placement keeps gangs on them."""
@@ -238,6 +243,22 @@ class Topology:
                 peers[b] |= 1 << a
         self.nvlink[node_id] = tuple(peers) if any(peers) else ()
         self.links_learned += 1
+
+    def take_out(self, node_id: str, gpus: Collection[int]) -> None:
+        """Take these GPUs of a node out of service (a failed health check), and its others
+        back in: like a drained node, one GPU at a time, a job running on one keeps it and
+        nothing new is placed there."""
+        i = self.index.get(node_id)
+        if i is None:
+            return
+        mask = 0
+        for g in gpus:
+            if 0 <= g < self.nodes[i][2]:
+                mask |= 1 << g
+        if mask:
+            self.out[node_id] = mask
+        else:
+            self.out.pop(node_id, None)
 
     def masks(self, slots: GpuSlots) -> tuple[tuple[int, int], ...] | None:
         """(node index, GPU mask) per node of a placement; None if it names missing GPUs."""
@@ -270,6 +291,10 @@ class CyclePlacement:
     without walking them. Between cycles the nodes are kept so, and only a cycle that
     re-places running jobs turns their GPUs into held ones.
     """
+
+    # A gang's fit depends on its size (and GPU type) only, and a cycle only takes GPUs: a
+    # size that did not fit does not fit again until the next cycle (policies skip ahead).
+    fails_by_size = True
 
     def __init__(
         self,
@@ -318,6 +343,7 @@ class CyclePlacement:
         # not either), which lets policies skip ahead; mixed node sizes break that.
         # Buddy blocks mixed with consolidated odd sizes promise no such order.
         self.monotone = topo.uniform and scheme != "buddy"
+        self._out: dict[int, int] = {}  # node position → its GPUs out of service, this cycle
         for job_id, slots in (previous or {}).items():
             self.bind(job_id, slots)
         self.next_cycle(cordoned)
@@ -393,6 +419,9 @@ class CyclePlacement:
                 node.free = (1 << node.size) - 1
                 node.held = node.occupied
                 self._moved(node)
+        self._out = {}
+        if topo.out:
+            self._take_out(topo)
         # Drained nodes (`loom drain`): jobs running there keep their GPUs, nothing new lands.
         self.cordoned = frozenset(cordoned)
         for node_id in self.cordoned:
@@ -402,6 +431,20 @@ class CyclePlacement:
                 idle = node.unheld_free()
                 self.free_gpus -= idle
                 self._free_by_type[node.gpu_type] -= idle
+
+    def _take_out(self, topo: Topology) -> None:
+        """GPUs out of service leave the free pool; one a running job holds is still counted
+        free, for that job alone to keep (`_keep`), as on a drained node."""
+        for node_id, out in topo.out.items():
+            node = self._nodes[topo.index[node_id]]
+            self._out[node.pos] = out
+            gone = node.free & out
+            if gone:
+                node.free &= ~out
+                idle = (gone & ~node.held).bit_count()
+                self.free_gpus -= idle
+                self._free_by_type[node.gpu_type] -= idle
+                self._moved(node)
 
     def _reindex(self, node: _Node) -> None:
         if self._indexes:
@@ -498,7 +541,9 @@ class CyclePlacement:
             self._moved(node)
         count = 0
         for node, m in held:
-            if node.free & m != m or (gpu_type is not None and node.gpu_type != gpu_type):
+            # Its own GPUs out of service are still its own (they left the free pool).
+            own = node.free | (self._out.get(node.pos, 0) & m) if self._out else node.free
+            if own & m != m or (gpu_type is not None and node.gpu_type != gpu_type):
                 return None
             if within is not None and node.node_id not in within:
                 return None

@@ -17,7 +17,7 @@ from schemas.tenants import TenantsConfig
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
 from services.nodeagent.agent import DEFAULT_GRACE_S, TrainerNodeCore, TrainerSettings
-from services.nodeagent.gpu import FakeBackend, GpuBackend, detect_backend
+from services.nodeagent.gpu import FakeBackend, FakeFaults, GpuBackend, detect_backend
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.core import PlacerCore
 from services.runtime.nats_auth import NatsAuth
@@ -48,6 +48,8 @@ class ServeOptions:
     trainers: str = "simulated"  # nodeagent: "pytorch" (real trainer processes) or "simulated"
     fake_gpus: int | None = None  # nodeagent: K fake GPUs instead of NVML/DCGM discovery
     gpu_backend: str = "auto"  # nodeagent: auto | dcgm | nvml
+    fake_faults: str = ""  # nodeagent with fake GPUs: what they pretend is wrong (FakeFaults)
+    health_checks: bool = True  # nodeagent: the doctor's checks at start and on heartbeats
     checkpoint_root: Path = Path("/var/lib/loom/checkpoints")
     job_user: str | None = None  # nodeagent: run trainers as this unprivileged user
     grace_s: float = DEFAULT_GRACE_S
@@ -120,7 +122,10 @@ def _node(opts: ServeOptions) -> NodeSpec:
 
 def _trainer_agent(opts: ServeOptions, node: NodeSpec) -> Built:
     """The trainer-launching node agent and the GPU backend it found its GPUs with."""
-    backend: GpuBackend = (FakeBackend(opts.fake_gpus, node.gpu_type, node.node_id)
+    if opts.fake_faults and opts.fake_gpus is None:
+        raise ValueError("--fake-faults needs --fake-gpus (faults are pretended by fake GPUs)")
+    backend: GpuBackend = (FakeBackend(opts.fake_gpus, node.gpu_type, node.node_id,
+                                       faults=FakeFaults.parse(opts.fake_faults))
                            if opts.fake_gpus is not None else detect_backend(opts.gpu_backend))
     found = backend.discover()
     inventory = NodeInfo(

@@ -161,6 +161,14 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                        help="K fake GPUs (machines without GPUs) instead of NVML/DCGM")
     agent.add_argument("--gpu-backend", choices=("auto", "dcgm", "nvml"), default="auto",
                        help="GPU discovery and telemetry (default: DCGM if present, else NVML)")
+    agent.add_argument("--fake-faults", metavar="FAULTS",
+                       default=os.environ.get("LOOM_FAKE_FAULTS", ""),
+                       help="with --fake-gpus: failures the fake node pretends, for its health "
+                            "checks, e.g. ecc_uncorrectable=1,xid=1:79 (docs/doctor.md; "
+                            "default $LOOM_FAKE_FAULTS)")
+    agent.add_argument("--no-health-checks", action="store_true",
+                       help="run no health checks (`loom doctor`'s) at start-up nor with the "
+                            "heartbeats: the scheduler then never cordons this node for them")
     agent.add_argument("--checkpoint-root", type=Path, default=Path("/var/lib/loom/checkpoints"),
                        help="trainers' checkpoints, one directory per job; shared by all "
                             "nodes (default /var/lib/loom/checkpoints)")

@@ -77,6 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         jobs=jobs, time_scale=args.time_scale, origin=args.origin,
                         seed=args.seed, prometheus_port=args.prometheus_port,
                         trainers=args.trainers, fake_gpus=args.fake_gpus,
+                        fake_faults=args.fake_faults, health_checks=not args.no_health_checks,
                         gpu_backend=args.gpu_backend, checkpoint_root=args.checkpoint_root,
                         grace_s=args.grace_s, fast_forward=args.fast_forward,
                         prometheus_addr=args.prometheus_addr,

@@ -76,7 +76,7 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
     # A scheduler or simulated node agent that restarts picks up where it died.
     recovered = await recover(core, bus, clock.now())
     agent = (NodeAgentShell(built.agent, bus, clock, run_id=run_id, backend=built.backend,
-                            job_user=job_user)
+                            job_user=job_user, health_checks=opts.health_checks)
              if built.agent is not None and built.backend is not None else None)
     shell = agent or Shell(core, bus, clock, run_id=run_id)
     signals: list[signal.Signals] = []

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from schemas.job import JobState
 
@@ -108,13 +109,33 @@ def filters(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]
     return states, tenants
 
 
+def node_lines(state: dict[str, Any]) -> list[str]:
+    """Nodes and GPUs that take no new work, and why: cordoned (by an operator's drain or its
+    failing health checks), GPUs out of service, lost nodes; then health warnings."""
+    lines = []
+    for node, by in state.get("cordoned", {n: {"operator": "drained"}
+                                            for n in state.get("drained", ())}).items():
+        why = "; ".join(f"{who}: {reason}" for who, reason in sorted(by.items()))
+        lines.append(f"{node} cordoned ({why})")
+    for node, gpus in state.get("gpus_out", {}).items():
+        for gpu, why in gpus.items():
+            lines.append(f"{node} GPU {gpu} out of service ({why})")
+    lines += [f"{node} lost (no heartbeat)" for node in state.get("lost", ())]
+    for node, warned in state.get("health_warnings", {}).items():
+        short = warned if len(warned) <= 150 else warned[:149] + "…"
+        lines.append(f"{node} health warnings: {short}")
+    return lines
+
+
 def status_table(state: dict[str, Any], rows: Sequence[Row], matched: int) -> Table:
     now = state["now"]
     total = len(state["jobs"])
     shown = f"{total} jobs" if len(rows) == total else \
         f"{len(rows)} of {matched} matching jobs ({total} in all)"
+    nodes = node_lines(state)
     table = Table(title=f"{shown} · policy {state['policy']} · cycle {state['cycle']} · "
-                        f"t={now:,.0f} s")
+                        f"t={now:,.0f} s", caption=Text("\n".join(nodes)) if nodes else None,
+                  caption_justify="left")
     for col in ("job", "tenant", "model", "state", "GPUs", "progress", "ETA", "pos", "reason"):
         table.add_column(col, justify="right" if col in ("GPUs", "progress", "ETA", "pos")
                          else "left")

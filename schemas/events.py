@@ -187,8 +187,30 @@ class GpuSample(_Body):
     memory_used_bytes: int = Field(ge=0)
 
 
+# A doctor's checks are a few per node plus a few per GPU; this bounds a report of a
+# 32-GPU node with every check failing, and a forged report's size.
+MAX_HEALTH_PROBLEMS = 256
+
+
+class HealthProblem(_Body):
+    """One check a node agent's doctor did not pass (`loom doctor`; docs/doctor.md)."""
+
+    check: str = Field(min_length=1, max_length=64)  # e.g. "ecc", "checkpoint", "xid"
+    status: Literal["warn", "fail"]
+    detail: str = Field(default="", max_length=1024)  # what it measured, and the fix
+    gpu: int | None = Field(default=None, ge=0, le=4095)  # the GPU's index; None: the node's
+
+
+class NodeHealth(_Body):
+    """What a node agent's health checks found, problems only (none: healthy). A failed
+    check about one GPU takes that GPU out of service; any other failed check cordons the
+    node; warnings are shown and change nothing (`domain.health.verdict`)."""
+
+    problems: tuple[HealthProblem, ...] = Field(default=(), max_length=MAX_HEALTH_PROBLEMS)
+
+
 class NodeHeartbeat(_Body):
-    """A node agent is alive: its GPUs' telemetry and the jobs it runs."""
+    """A node agent is alive: its GPUs' telemetry, the jobs it runs and its health."""
 
     node_id: str
     gpus: tuple[GpuSample, ...] = ()
@@ -197,6 +219,10 @@ class NodeHeartbeat(_Body):
     # (term, cycle) of the newest plan command it has carried out: a job launched by that
     # plan or an older one, placed here and not in `jobs`, has lost its run. None: unknown.
     handled: tuple[int, int] | None = None
+    # Its latest health checks (start-up's and this beat's), as one report: the scheduler
+    # cordons on it and lifts the cordon when a later beat no longer fails. Optional and
+    # additive: a heartbeat without it (an agent that runs no checks) reads as before.
+    health: NodeHealth | None = None
 
 
 class TrainerReport(_Body):

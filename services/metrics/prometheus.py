@@ -21,6 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest, start_http_server
 from prometheus_client.registry import Collector
 
+from domain.health import verdict
 from schemas.causes import FAULT_KINDS
 from schemas.cluster import ClusterSpec
 from schemas.job import JobState
@@ -86,6 +87,7 @@ class MetricsCollector(Collector):
         yield gpu_util
         yield gpu_mem
         yield seen
+        yield from self._health()
         yield CounterMetricFamily("loom_gpu_busy_seconds_total",
                                   "GPU-seconds held by running jobs (cluster time)",
                                   value=core.busy_gpu_s)
@@ -100,6 +102,38 @@ class MetricsCollector(Collector):
         yield CounterMetricFamily("loom_decisions_total",
                                   "Scheduler transitions and plans recorded",
                                   value=core.decisions)
+
+
+    def _health(self) -> Iterator[Any]:
+        """What each node's latest heartbeat says of its health, by the rule the scheduler
+        cordons by (`domain.health`); `gpu` is the GPU's index on its node."""
+        sizes = {n.node_id: n.gpus for n in self.cluster.nodes}
+        cordoned = GaugeMetricFamily(
+            "loom_node_health_cordoned", "1 while a check of the node itself fails: the "
+            "scheduler cordons it (no new work)", labels=["node"])
+        out = GaugeMetricFamily(
+            "loom_gpu_out_of_service", "1 while a check of this GPU fails (ECC, XID, row "
+            "remap, temperature, lost): it takes no new work", labels=["node", "gpu"])
+        problems = GaugeMetricFamily(
+            "loom_node_health_problem", "1 per health check that warns or fails, by check "
+            "(docs/doctor.md); gpu is empty for the node's own checks",
+            labels=["node", "check", "gpu", "status"])
+        for node_id, (_, beat) in sorted(self.core.heartbeats.items()):
+            if beat.health is None:
+                continue
+            try:
+                found = verdict(beat.health, sizes.get(node_id, 0))
+            except ValueError:
+                continue  # the scheduler refuses such a report; so do we
+            cordoned.add_metric([node_id], 0.0 if found.node is None else 1.0)
+            for gpu in found.gpus:
+                out.add_metric([node_id, str(gpu)], 1.0)
+            for p in beat.health.problems:
+                problems.add_metric([node_id, p.check, "" if p.gpu is None else str(p.gpu),
+                                     p.status], 1.0)
+        yield cordoned
+        yield out
+        yield problems
 
 
 class StreamCollector(Collector):

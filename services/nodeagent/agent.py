@@ -41,6 +41,7 @@ from schemas.events import (
     JobFinished,
     Launch,
     NodeCommand,
+    NodeHealth,
     NodeHeartbeat,
     NodeInfo,
     NodeStatus,
@@ -83,7 +84,7 @@ class Kill(LocalEffect):
 
 @dataclass(frozen=True, slots=True)
 class SampleGpus(LocalEffect):
-    """Read the GPUs' telemetry and hand it to `on_telemetry` (for the heartbeat)."""
+    """Read the GPUs' telemetry and health and hand them to `on_telemetry` (the heartbeat)."""
 
 
 @dataclass(frozen=True)
@@ -210,16 +211,18 @@ class TrainerNodeCore(CoreDefaults):
         return [SampleGpus(), SetTimer("heartbeat", now + self.settings.heartbeat_s,
                                        PRIORITY_INPUT)]
 
-    def on_telemetry(self, samples: Sequence[GpuSample]) -> list[Effect]:
+    def on_telemetry(self, samples: Sequence[GpuSample],
+                     health: NodeHealth | None = None) -> list[Effect]:
         """The heartbeat: alive, with its GPUs' telemetry, the jobs it runs (not those it is
         stopping, unless to rerun them here) so the scheduler can stop any it no longer owns,
-        and how far it has got through its commands, so the scheduler can tell a run that
-        vanished (reconcile, both ways)."""
+        how far it has got through its commands, so the scheduler can tell a run that
+        vanished (reconcile, both ways), and what its health checks found (the shell's
+        `HealthMonitor`; None when it runs none)."""
         running = sorted(jid for jid, job in self.jobs.items()
                          if not job.stopping or job.relaunch is not None)
         return [Publish(self._on(subjects.HEARTBEAT), NodeHeartbeat(
             node_id=self.node.node_id, gpus=tuple(samples), jobs=tuple(running),
-            interval_s=self.settings.heartbeat_s, handled=self.gate.handled))]
+            interval_s=self.settings.heartbeat_s, handled=self.gate.handled, health=health))]
 
     def _on_command(self, cmd: NodeCommand) -> list[Effect]:
         effects: list[Effect] = []

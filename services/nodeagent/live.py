@@ -6,6 +6,11 @@ before the first has written its checkpoint. Rank 0 of a job therefore holds an 
 lock on `<checkpoint dir>/.rank0.lock` from before it starts until it has exited; a new rank 0
 (on any node sharing the checkpoint directory) waits for the lock, so it always resumes from
 the last checkpoint. The lock is `fcntl.flock`, which NFSv4 also honours.
+
+Health: before it takes work the shell runs the doctor's checks (`services.nodeagent.doctor`)
+through its own GPU backend and MPS control; every heartbeat then carries the cheap checks'
+results and the latest of the others (re-run in the background every few minutes), and the
+scheduler cordons the node, or takes single GPUs out of service, while one fails.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from typing import IO
 from pydantic import ValidationError
 
 from schemas import trainer as protocol
-from schemas.events import GpuSample
+from schemas.events import GpuSample, HealthProblem, NodeHealth
 from services.nodeagent.agent import Kill, SampleGpus, Spawn, TrainerNodeCore
+from services.nodeagent.doctor import Doctor, DoctorConfig, HealthMonitor
 from services.nodeagent.gpu import FakeBackend, GpuBackend, MpsControl, run_command
 from services.nodeagent.jobuser import JobUser
+from services.nodeagent.probes import RealHost, host_for
 from services.nodeagent.supervisor import ProcessSpec, Supervisor
 from services.runtime.bus import Bus
 from services.runtime.clock import Clock
@@ -47,7 +54,7 @@ class NodeAgentShell(Shell):
 
     def __init__(self, core: TrainerNodeCore, bus: Bus, clock: Clock, *, run_id: str,
                  backend: GpuBackend, cwd: Path | None = None,
-                 job_user: JobUser | None = None) -> None:
+                 job_user: JobUser | None = None, health_checks: bool = True) -> None:
         super().__init__(core, bus, clock, run_id=run_id)
         self.backend = backend
         mps_dir = core.settings.mps_dir / core.node.node_id
@@ -59,6 +66,26 @@ class NodeAgentShell(Shell):
         self.cwd = cwd
         self._locks: dict[str, IO[bytes]] = {}  # job → its held rank-0 lock
         self._pending: set[asyncio.Task[None]] = set()
+        self.monitor: HealthMonitor | None = None
+        if health_checks:
+            settings = core.settings
+            host = host_for(backend, RealHost(settings.python, nc=getattr(bus, "nc", None)))
+            self.monitor = HealthMonitor(Doctor(
+                backend, host, self.mps,
+                DoctorConfig(checkpoint_root=settings.checkpoint_root,
+                             expect_gpus=core.node.gpus),
+                keep_mps=True))
+
+    async def start(self) -> None:
+        """The doctor's checks first (logged; a failure cordons the node once the first
+        heartbeat reports it), then the node takes part in the cluster."""
+        if self.monitor is not None:
+            try:
+                await self.monitor.startup()
+            except Exception as exc:  # the checks must never keep the agent from starting
+                self._log("error", "health checks failed to run",
+                          reason=f"{type(exc).__name__}: {exc}")
+        await super().start()
 
     async def apply(self, effects: list[Effect], cause: str | None) -> None:
         rest: list[Effect] = []
@@ -68,7 +95,7 @@ class NodeAgentShell(Shell):
             elif isinstance(eff, Kill):
                 self._background(self._kill(eff))
             elif isinstance(eff, SampleGpus):
-                rest += self.core.on_telemetry(self._sample())
+                rest += self.core.on_telemetry(self._sample(), self._health())
             else:
                 rest.append(eff)
         await super().apply(rest, cause)
@@ -107,6 +134,17 @@ class NodeAgentShell(Shell):
             self._log("warning", "GPU telemetry failed", reason=f"{type(exc).__name__}: {exc}")
             return []
 
+    def _health(self) -> NodeHealth | None:
+        if self.monitor is None:
+            return None
+        try:
+            return self.monitor.beat()
+        except Exception as exc:  # the heartbeat goes out whatever the checks do
+            self._log("warning", "health checks failed", reason=f"{type(exc).__name__}: {exc}")
+            return NodeHealth(problems=(HealthProblem(
+                check="driver", status="warn",
+                detail=f"the checks failed to run: {type(exc).__name__}: {exc}"[:1024]),))
+
     async def _kill(self, eff: Kill) -> None:
         await self.supervisor.stop(process_key(eff.job_id, eff.rank), eff.grace_s)
 
@@ -143,6 +181,8 @@ class NodeAgentShell(Shell):
     async def stop(self) -> None:
         """Stop every trainer this agent started (each checkpoints), then let go of locks."""
         await self.supervisor.stop_all()
+        if self.monitor is not None:
+            await self.monitor.stop()
         with contextlib.suppress(Exception):
             self.mps.stop()
         with contextlib.suppress(Exception):

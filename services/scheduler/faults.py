@@ -1,6 +1,7 @@
 """Node and trainer faults, as the scheduler acts on them (the state and its rules are in
 `services.scheduler.liveness`): heartbeats and reconcile, lost and restarted nodes, runs that
-vanish or never start, failed trainers and their retries."""
+vanish or never start, failed trainers and their retries; the health each heartbeat reports
+is acted on in `services.scheduler.health`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from schemas.events import STOP_RECONCILE, JobFinished, NodeCommand, NodeHeartbe
 from schemas.job import JobState
 from schemas.status import Status, StatusCode
 from services.runtime.effects import PRIORITY_INPUT, Effect, Publish, SetTimer
+from services.scheduler import health
 from services.scheduler.jobs import JobRecord
 from services.scheduler.liveness import launch_key, lost_key, retry_key
 
@@ -26,8 +28,10 @@ def on_heartbeat(core: SchedulerCore, hb: NodeHeartbeat, now: float) -> list[Eff
     node = hb.node_id
     if node not in core.topology.index:
         raise ValueError(f"heartbeat from node {node!r}, which is not in the cluster")
+    # First: a report the node could not have made is refused before anything changes.
+    healthy = health.on_health(core, node, hb.health, now)
     deadline, returned = core.faults.beat(node, hb.interval_s, now)
-    effects: list[Effect] = [SetTimer(lost_key(node), deadline, PRIORITY_INPUT)]
+    effects: list[Effect] = [SetTimer(lost_key(node), deadline, PRIORITY_INPUT), *healthy]
     running = core.jobs.running
     # What the node lists has started there; reconcile: stop whatever it runs that is no
     # longer placed there, ...

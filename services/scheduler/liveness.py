@@ -9,6 +9,12 @@ deadline to `misses` of its announced intervals ahead; when the deadline fires t
 lost: its GPUs leave the free pool (cordoned) and its jobs are requeued from the progress a
 node last reported. A heartbeat from a lost node brings it back.
 
+Cordons: a node takes no new work while anyone has a reason for it, each kept apart: an
+operator's (`loom drain`) and its health checks' (`services.scheduler.health`), so that the
+node's health passing again does not undo an operator's drain, nor an undrain a failing
+check; the core's `drained` is the set of nodes with any reason. GPUs out of service (a
+failed check about one GPU) are kept per node, with their reasons.
+
 Retries: a trainer that exits non-zero on its own (not stopped by Loom) costs its job one
 attempt; the job waits out an exponential backoff, out of the policy's sight, then queues
 again; after `max_attempts` failures it fails for good, with the last reason.
@@ -33,6 +39,9 @@ def retry_key(job_id: str) -> tuple[str, str]:
 def launch_key(job_id: str, launched_by: tuple[int, int]) -> tuple[str, str, tuple[int, int]]:
     """The timer by which the run of `job_id` launched by plan (term, cycle) must have started."""
     return ("launch", job_id, launched_by)
+
+
+OPERATOR, HEALTH = "operator", "health"  # who cordons a node
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,31 @@ class NodeFaults:
     lost: set[str] = field(default_factory=set)
     failures: dict[str, int] = field(default_factory=dict)  # job → trainer failures so far
     backoff: dict[str, float] = field(default_factory=dict)  # job → when it may run again
+    cordons: dict[str, dict[str, str]] = field(default_factory=dict)  # node → {who: why}
+    gpus_out: dict[str, dict[int, str]] = field(default_factory=dict)  # node → {GPU: why}
+    warnings: dict[str, str] = field(default_factory=dict)  # node → its checks' warnings
+
+    def cordon(self, drained: set[str], node: str, by: str, why: str) -> bool:
+        """Cordon `node` for `by`'s reason (kept up to date); whether it took work until now."""
+        self.cordons.setdefault(node, {})[by] = why
+        fresh = node not in drained
+        drained.add(node)
+        return fresh
+
+    def uncordon(self, drained: set[str], node: str, by: str) -> bool:
+        """Lift `by`'s cordon; whether the node takes work again (no other reason left). An
+        operator's undrain also lifts a drain recorded without a reason."""
+        reasons = self.cordons.get(node, {})
+        had = reasons.pop(by, None) is not None
+        if not reasons:
+            self.cordons.pop(node, None)
+        if reasons or not (had or by == OPERATOR) or node not in drained:
+            return False
+        drained.discard(node)
+        return True
+
+    def cordoned_by(self, node: str, by: str) -> bool:
+        return by in self.cordons.get(node, {})
 
     def beat(self, node_id: str, interval_s: float, now: float) -> tuple[float, bool]:
         """A heartbeat: the node's new deadline, and whether it was lost until now."""

@@ -11,7 +11,7 @@ from schemas.job import JobState
 from schemas.status import Status, StatusCode
 from services.runtime.effects import CancelTimer, Effect
 from services.scheduler.jobs import JobRecord
-from services.scheduler.liveness import retry_key
+from services.scheduler.liveness import OPERATOR, retry_key
 
 if TYPE_CHECKING:
     from services.scheduler.core import SchedulerCore
@@ -22,7 +22,7 @@ def on_command(core: SchedulerCore, cmd: OperatorCommand, now: float) -> list[Ef
         core.switch_policy(str(cmd.policy))
         return core.request_cycle(now, "policy")
     if cmd.command in ("drain", "undrain"):
-        return _drain(core, cmd.command, str(cmd.node_id), now)
+        return _drain(core, cmd.command, str(cmd.node_id), cmd.requested_by, now)
     jid = str(cmd.job_id)
     rec = core.jobs.get(jid)
     if rec is None or rec.state is None or rec.state.terminal:
@@ -53,14 +53,22 @@ def on_command(core: SchedulerCore, cmd: OperatorCommand, now: float) -> list[Ef
     return effects + core.request_cycle(now, cmd.command)
 
 
-def _drain(core: SchedulerCore, command: str, node: str, now: float) -> list[Effect]:
+def _drain(core: SchedulerCore, command: str, node: str, by: str, now: float
+           ) -> list[Effect]:
+    """The operator's cordon, kept apart from the node's health (`NodeFaults.cordons`): an
+    undrain leaves a node whose checks fail cordoned."""
     if node not in core.topology.index:
         raise ValueError(f"{command}: no node {node!r} in the cluster")
-    if command == "drain":
-        core.drained.add(node)
-    else:
-        core.drained.discard(node)
+    drain(core, command, node, by)
     return core.request_cycle(now, command)
+
+
+def drain(core: SchedulerCore, command: str, node: str, by: str) -> None:
+    """`drain` or `undrain` `node` for an operator (`by`); also replayed by recovery."""
+    if command == "drain":
+        core.faults.cordon(core.drained, node, OPERATOR, f"drained by {by}")
+    else:
+        core.faults.uncordon(core.drained, node, OPERATOR)
 
 
 def _take_off(core: SchedulerCore, rec: JobRecord, why: str, now: float) -> list[Effect]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.job import JobState
 from schemas.status import Status, StatusCode
+from services.scheduler.liveness import OPERATOR
 
 if TYPE_CHECKING:
     from services.scheduler.core import SchedulerCore
@@ -39,9 +40,19 @@ def status(core: SchedulerCore, job_id: str) -> Status:
 
 def state(core: SchedulerCore, now: float) -> dict[str, Any]:
     """The scheduler's state as `loom status` reads it."""
+    faults = core.faults
+    cordons = {node: dict(faults.cordons.get(node) or {OPERATOR: "drained"})
+               for node in sorted(core.drained)}
     return {"now": now, "policy": core.policy.name, "cycle": core.cycle,
             "nodes": [n.node_id for n in core.cluster.nodes],
-            "drained": sorted(core.drained), "lost": sorted(core.faults.lost),
+            # Drained by an operator; `cordoned` has every node taking no new work, with
+            # who cordoned it and why (an operator, its health checks).
+            "drained": [n for n, by in cordons.items() if OPERATOR in by],
+            "cordoned": cordons,
+            "gpus_out": {node: {str(g): why for g, why in sorted(gpus.items())}
+                         for node, gpus in sorted(faults.gpus_out.items())},
+            "health_warnings": dict(sorted(faults.warnings.items())),
+            "lost": sorted(faults.lost),
             "suspended": sorted(core.jobs.held),
             "jobs": [job_row(core, jid, now) for jid in core.jobs]}
 

@@ -35,6 +35,7 @@ from schemas.job import JobState
 from services.runtime.effects import Effect
 from services.runtime.logging import get_logger
 from services.runtime.service import Recorded
+from services.scheduler import operators
 
 if TYPE_CHECKING:
     from services.scheduler.core import SchedulerCore
@@ -96,10 +97,9 @@ def rebuild(core: SchedulerCore, history: Sequence[Recorded], now: float) -> lis
 
 def _apply_operator(core: SchedulerCore, cmd: OperatorCommand) -> str | None:
     """Operators' commands that leave no transition behind; returns a new policy's name."""
-    if cmd.command == "drain" and cmd.node_id in core.topology.index:
-        core.drained.add(cmd.node_id)
-    elif cmd.command == "undrain" and cmd.node_id is not None:
-        core.drained.discard(cmd.node_id)
+    if (cmd.command in ("drain", "undrain") and cmd.node_id is not None
+            and cmd.node_id in core.topology.index):
+        operators.drain(core, cmd.command, cmd.node_id, cmd.requested_by)
     elif cmd.command == "resume" and cmd.job_id is not None:
         core.jobs.held.discard(cmd.job_id)
     elif cmd.command == "set-policy":

@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.nats
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = ("environment", "gpu_backend", "cluster", "families", "preemption", "mps")
+STEPS = ("environment", "doctor", "gpu_backend", "cluster", "families", "preemption", "mps")
 
 
 def test_the_validation_runs_every_step_on_fake_gpus(tmp_path: Path) -> None:
@@ -31,6 +31,10 @@ def test_the_validation_runs_every_step_on_fake_gpus(tmp_path: Path) -> None:
         STEPS, True), report["steps"]
     assert report["findings"] == []
     assert report["summary"] and all({"what", "value"} == set(r) for r in report["summary"])
+
+    doctor = report["doctor"]  # `loom doctor --json` on the same fake GPUs: all clear
+    assert doctor["exit"] == 0 and doctor["worst"] == "pass"
+    assert {c["check"] for c in doctor["checks"]} >= {"driver", "gpus", "ecc", "checkpoint"}
 
     gpu = report["gpu"]
     assert gpu["backend"] == "fake" and gpu["errors"] == {}

@@ -39,24 +39,45 @@ def clusters(draw: st.DrawFn) -> ClusterSpec:
 cycle_ops = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12),
                                st.sampled_from([None, "A", "B"]), st.booleans()),
                      min_size=1, max_size=14)
+# GPUs out of service from a cycle on, (node, GPU) pairs: None keeps the last cycle's.
+out_of_service = st.one_of(st.none(), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 7)),
+                                               max_size=3))
+
+
+def take_out(topo: Topology, cl: ClusterSpec, pairs: list[tuple[int, int]]) -> set[tuple[str, int]]:
+    """Put exactly `pairs` out of service (GPU indices past a node's size are ignored)."""
+    chosen: dict[str, set[int]] = {n.node_id: set() for n in cl.nodes}
+    for node, gpu in pairs:
+        spec = cl.nodes[node % len(cl.nodes)]
+        if gpu < spec.gpus:
+            chosen[spec.node_id].add(gpu)
+    for node_id, gpus in chosen.items():
+        topo.take_out(node_id, gpus)
+    return {(n, g) for n, gpus in chosen.items() for g in gpus}
 
 
 @settings(max_examples=300, deadline=None)
 @given(cl=clusters(), scheme=st.sampled_from(SCHEMES),
-       cycles=st.lists(st.tuples(cycle_ops, st.booleans()), min_size=1, max_size=6),
+       cycles=st.lists(st.tuples(cycle_ops, st.booleans(), out_of_service), min_size=1,
+                       max_size=6),
        cordon=st.lists(st.integers(0, 11), max_size=2))
 def test_kept_and_indexed_places_as_a_fresh_scan(
         cl: ClusterSpec, scheme: str,
-        cycles: list[tuple[list[tuple[int, int, str | None, bool]], bool]],
+        cycles: list[tuple[list[tuple[int, int, str | None, bool]], bool,
+                           list[tuple[int, int]] | None]],
         cordon: list[int]) -> None:
     """Each cycle may be opened in place: the reference then re-places every running job
-    where it was first (what an in-place cycle stands for) and places only the others."""
+    where it was first (what an in-place cycle stands for) and places only the others. GPUs
+    out of service (health) change between cycles: no job is given one it did not hold."""
     topo = Topology(cl)
     cordoned = {cl.nodes[i % len(cl.nodes)].node_id for i in cordon}
+    out: set[tuple[str, int]] = set()
     kept = CyclePlacement(topo, scheme, cordoned=cordoned, index_from=1)  # type: ignore[arg-type]
     running: dict[str, GpuSlots] = {}
-    for n, (ops, in_place) in enumerate(cycles):
+    for n, (ops, in_place, pairs) in enumerate(cycles):
         in_place = in_place and scheme != "yarn" and n > 0  # yarn re-packs running jobs
+        if pairs is not None and n:
+            out = take_out(topo, cl, pairs)
         fresh = CyclePlacement(topo, scheme, dict(running), cordoned=cordoned,  # type: ignore[arg-type]
                                index_from=NEVER)
         if n:
@@ -75,6 +96,8 @@ def test_kept_and_indexed_places_as_a_fresh_scan(
                 gpus = sum(len(g) for _, g in running.get(job, ())) or 1
             got = kept.try_place(job, gpus, gpu_type)
             assert got == fresh.try_place(job, gpus, gpu_type), (job, gpus, gpu_type)
+            had = {(node, g) for node, gs in running.get(job, ()) for g in gs}
+            assert not {(node, g) for node, gs in got or () for g in gs} & out - had
             assert kept.free_gpus == fresh.free_gpus
             assert kept.free_of("A") == fresh.free_of("A")
             if got is not None and stays:
@@ -124,3 +147,19 @@ def test_links_learned_after_the_first_cycle_are_used_by_the_next() -> None:
     topo.learn_links("n0", [(0, 2), (1, 3)])
     fit.next_cycle()
     assert fit.try_place("a", 2) == (("n0", (0, 2)),)
+
+
+def test_a_gpu_out_of_service_takes_nothing_new_and_its_job_keeps_it() -> None:
+    cl = ClusterSpec.uniform(1, 1, 4)
+    topo = Topology(cl)
+    fit = CyclePlacement(topo, previous={"a": (("n0", (1,)),)})
+    topo.take_out("n0", [1, 2])
+    fit.next_cycle()
+    assert fit.free_gpus == 3  # GPU 2 is gone; GPU 1 is still a's to keep
+    assert fit.try_place("b", 3) is None
+    assert fit.try_place("a", 1) == (("n0", (1,)),)
+    assert fit.try_place("b", 2) == (("n0", (0, 3)),)
+    topo.take_out("n0", [])  # both healthy again
+    fit.release("a")
+    fit.next_cycle()
+    assert fit.try_place("c", 4) == (("n0", (0, 1, 2, 3)),)

@@ -188,3 +188,21 @@ def test_mps_command_failure_is_reported_with_its_output(tmp_path: Path) -> None
     mps = MpsControl(tmp_path / "p", tmp_path / "l", binary="false")
     with pytest.raises(GpuBackendError, match="exited 1"):
         mps.start()
+
+
+def test_mps_adopts_a_daemon_already_running_on_its_directories(tmp_path: Path) -> None:
+    """An agent killed before it could stop its daemon leaves it running: the next agent
+    uses it instead of failing every co-located job's start."""
+    def busy(argv: Any, stdin: str = "") -> str:
+        if argv[-1] == "-d":
+            raise GpuBackendError("nvidia-cuda-mps-control -d exited 1: An instance of this "
+                                  "daemon is already running")
+        return ""
+
+    mps = MpsControl(tmp_path / "p", tmp_path / "l", run=busy)
+    mps.start()
+    assert mps.started and mps.adopted
+    mps.stop()
+    assert not mps.started and not mps.adopted
+    with pytest.raises(GpuBackendError, match="exited 1"):
+        MpsControl(tmp_path / "p", tmp_path / "l", binary="false").start()
