@@ -77,6 +77,10 @@ class Fitter(Protocol):
 
     free_gpus: int
     monotone: bool
+    # Whether a gang fits or not by its size alone, whichever waiting job it is: then a size
+    # that did not fit does not fit again this cycle (a cycle only takes GPUs), and a walk
+    # skips the other waiting jobs of that size. A fitter with per-job rules (quotas) is not.
+    fails_by_size: bool
 
     @property
     def scheme(self) -> Scheme:
@@ -108,6 +112,9 @@ class Plan:
     free_gpus: int = 0
     unfit_from: int | None = None  # with a monotone fitter: no gang this large fits
     fragmented: str = ""  # the fitter's explanation for `unfit_from`
+    # Sizes no waiting job could take this cycle (a fitter that fails by size alone), with the
+    # fitter's explanation: later waiting jobs of those sizes were not tried.
+    unfit_sizes: dict[int, str] = field(default_factory=dict)
     # Every running job stays where it is (an in-place cycle); `run` then lists only the jobs
     # that start.
     stay: bool = False
@@ -184,15 +191,17 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
             heads.append((first[0], first[1], i))
     heapq.heapify(heads)
     smallest_unfit = 1 << 30
+    unfit = plan.unfit_sizes if fit.fails_by_size else None
     while heads and fit.free_gpus > 0:
         limit = min(smallest_unfit, fit.free_gpus + 1)
         _, job_id, i = heapq.heappop(heads)
         size, items = sources[i]
-        if size is not None and size >= limit:
+        if size is not None and (size >= limit or (unfit and size in unfit)):
             continue  # nothing in this stream can fit any more
-        g = size if size is not None else jobs[job_id].gpus
-        if g < limit:
-            slots = place_runnable(fit, jobs[job_id].spec, g)
+        job = jobs[job_id]
+        g = size if size is not None else job.gpus
+        if g < limit and not (unfit and g in unfit and not job.running):
+            slots = place_runnable(fit, job.spec, g)
             if slots is not None:
                 plan.run[job_id] = slots
             else:
@@ -204,6 +213,10 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
                 if fit.monotone and g < smallest_unfit:
                     smallest_unfit = g
                     plan.unfit_from, plan.fragmented = g, plan.blocked[job_id].reason
+                # A waiting job free to use any GPU type failed at this size: so would any
+                # later waiting one (a running job may still keep its own GPUs).
+                if unfit is not None and not job.running and any_type(job.spec):
+                    unfit[g] = plan.blocked[job_id].reason
         nxt = next(items, None)
         if nxt is not None:
             heapq.heappush(heads, (nxt[0], nxt[1], i))
@@ -211,11 +224,17 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
     return plan
 
 
+def any_type(spec: JobSpec) -> bool:
+    """Whether a job may run on every GPU type (no profile rules one out with rate 0)."""
+    return spec.throughputs is None or all(r > 0 for r in spec.throughputs.values())
+
+
 def place_runnable(fit: Fitter, spec: JobSpec, gpus: int) -> GpuSlots | None:
     """Place a job anywhere it can run: a profile may rule out some GPU types (rate 0)."""
-    if spec.throughputs is None or all(r > 0 for r in spec.throughputs.values()):
+    rates = spec.throughputs
+    if rates is None or all(r > 0 for r in rates.values()):
         return fit.try_place(spec.job_id, gpus)
-    for gpu_type, rate in spec.throughputs.items():
+    for gpu_type, rate in rates.items():
         if rate > 0:
             slots = fit.try_place(spec.job_id, gpus, gpu_type)
             if slots is not None:
@@ -228,6 +247,8 @@ def status_for_waiting(job_id: str, gpus: int, plan: Plan | None, position: int 
     """Why a waiting job waits, from where the last cycle's walk ended."""
     if plan is not None and job_id in plan.blocked:
         code, reason = plan.blocked[job_id].code, plan.blocked[job_id].reason
+    elif plan is not None and gpus in plan.unfit_sizes:
+        code, reason = StatusCode.WAITING_FOR_CONSOLIDATED_GPUS, plan.unfit_sizes[gpus]
     elif plan is not None and plan.unfit_from is not None and gpus >= plan.unfit_from:
         code = StatusCode.WAITING_FOR_CONSOLIDATED_GPUS
         reason = f"needs {gpus} GPUs placed together; " + plan.fragmented.split("; ", 1)[-1]

@@ -74,6 +74,7 @@ class TenantGate:
         self._config = config
         self._specs = {jid: v.spec for jid, v in snap.jobs.items()}
         self.monotone = False
+        self.fails_by_size = False  # a tenant's quota refuses one job and takes another
         self.used: Counter[str] = Counter()
         self._kept: dict[str, int] = {}  # running at the cycle's start, not yet re-reserved
         self._waiting: Counter[str] = Counter()  # per tenant: its jobs not yet started
