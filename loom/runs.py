@@ -6,6 +6,8 @@ import asyncio
 import multiprocessing as mp
 import os
 import queue
+import sys
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -160,8 +162,12 @@ def run_parallel(
     """
     workers = processes or min(len(specs), os.cpu_count() or 1)
     many = len(specs) > workers
+    # Off a terminal (a CI log, a file) bars show nothing: a line every LINE_INTERVAL_S instead.
+    lines = not quiet and not sys.stderr.isatty()
+    latest: dict[int, tuple[int, int]] = {}  # run → (jobs finished, jobs in all)
+    last_line = time.monotonic()
     ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager, _progress_bar(disable=quiet) as bar:
+    with ctx.Manager() as manager, _progress_bar(disable=quiet or lines) as bar:
         updates = manager.Queue()
         overall = bar.add_task("runs", total=len(specs), note="done") if many else None
         tasks: dict[int, TaskID] = {}
@@ -177,13 +183,29 @@ def run_parallel(
                 except queue.Empty:
                     pass
                 else:
+                    latest[key] = (done, total)
                     if key not in tasks and not (many and futures[key].done()):
                         tasks[key] = bar.add_task(labels[key], total=None, note="")
                     if key in tasks:
                         bar.update(tasks[key], completed=done, total=total, note=_note(now))
                 if overall is not None:
                     _retire_finished(bar, overall, tasks, futures)
+                if lines and time.monotonic() - last_line >= LINE_INTERVAL_S:
+                    last_line = time.monotonic()
+                    print(_progress_line(labels, futures, latest), file=sys.stderr, flush=True)
             return [futures[i].result() for i in range(len(specs))]
+
+
+LINE_INTERVAL_S = 9.5  # off a terminal, a progress line this often
+
+
+def _progress_line(labels: Sequence[str], futures: dict[int, Future[SimResult]],
+                   latest: dict[int, tuple[int, int]]) -> str:
+    """`runs: 2/6 done · srtf 1,200/5,755 jobs · fifo 800/5,755 jobs` (the runs going on)."""
+    going = [f"{labels[k]} {done:,}/{total:,} jobs" for k, (done, total) in sorted(latest.items())
+             if not futures[k].done()]
+    finished = sum(f.done() for f in futures.values())
+    return " · ".join([f"runs: {finished}/{len(futures)} done", *going])
 
 
 def _retire_finished(

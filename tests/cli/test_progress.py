@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import loom.progress as progress
+import loom.runs as runs
 from loom.cli import main
 from loom.progress import (
     EventModel,
@@ -190,3 +191,14 @@ def test_replay_reports_its_progress_in_messages(flags: list[str], lines: bool,
     captured = capsys.readouterr()
     assert "OK " in captured.out
     assert ("replay: " in captured.err and " messages (" in captured.err) == lines
+
+
+@pytest.mark.parametrize(("flags", "lines"), [([], True), (["--quiet"], False)])
+def test_compare_off_a_terminal_reports_its_runs_in_lines(
+        flags: list[str], lines: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(runs, "LINE_INTERVAL_S", 0.0)  # a line at every look
+    assert main(["compare", "--trace", TRACE, "--cluster", CLUSTER, "--policies", "fifo,srtf",
+                 "--processes", "1", "--no-plot", "--out", str(tmp_path), *flags]) == 0
+    err = capsys.readouterr().err
+    assert ("runs: " in err and "/2 done" in err) == lines
