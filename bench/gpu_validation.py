@@ -248,8 +248,11 @@ def _comm(pid: int) -> str:
         return "?"
 
 
+JOB_PREFIX = "gv-"  # every job this script runs: trainers of other runs on the machine are not its
+
+
 def trainer_pids() -> dict[str, int]:
-    """job id → PID of each `python -m services.trainer` process on this machine."""
+    """job id → PID of each `python -m services.trainer` process of this script's jobs."""
     found: dict[str, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -260,7 +263,7 @@ def trainer_pids() -> dict[str, int]:
             continue
         if b"services.trainer" in argv and b"--job-id" in argv:
             i = argv.index(b"--job-id")
-            if i + 1 < len(argv):
+            if i + 1 < len(argv) and argv[i + 1].startswith(JOB_PREFIX.encode()):
                 found[argv[i + 1].decode()] = int(entry.name)
     return found
 
