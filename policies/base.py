@@ -231,10 +231,9 @@ def any_type(spec: JobSpec) -> bool:
 
 def place_runnable(fit: Fitter, spec: JobSpec, gpus: int) -> GpuSlots | None:
     """Place a job anywhere it can run: a profile may rule out some GPU types (rate 0)."""
-    rates = spec.throughputs
-    if rates is None or all(r > 0 for r in rates.values()):
+    if any_type(spec):
         return fit.try_place(spec.job_id, gpus)
-    for gpu_type, rate in rates.items():
+    for gpu_type, rate in (spec.throughputs or {}).items():
         if rate > 0:
             slots = fit.try_place(spec.job_id, gpus, gpu_type)
             if slots is not None:

@@ -26,7 +26,6 @@ class InjectorCore(CoreDefaults):
             jobs = sorted(jobs, key=lambda j: j.submit_time_s)  # stable: ties in given order
         self._jobs: Iterator[JobSpec] = iter(jobs)
         self.id_prefix = id_prefix
-        self.submitted = 0
         self._next: JobSpec | None = next(self._jobs, None)
         # Why injection stopped early (a streamed trace out of order); the run reports it.
         self.error: str | None = None
@@ -55,7 +54,6 @@ class InjectorCore(CoreDefaults):
                 f"job {following.job_id!r} is submitted at {following.submit_time_s!r} s, "
                 f"before the job ahead of it ({spec.job_id!r} at {spec.submit_time_s!r} s): "
                 "a streamed trace must be in submission order")
-        self.submitted += 1
         effects: list[Effect] = [Publish(subjects.JOB_SUBMIT, SubmitJob.from_spec(spec),
                                          event_id=f"{self.id_prefix}.{spec.job_id}")]
         return effects + self._arm(now)

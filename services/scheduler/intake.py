@@ -28,7 +28,7 @@ def on_submit(core: SchedulerCore, sub: SubmitJob, event_id: str, now: float) ->
         return []  # the same job again (a retried submit, a re-delivery): handled once
     try:
         spec = sub.to_spec(job_id, now)
-    except ValidationError as exc:  # e.g. an id made from a message id no job id may be
+    except ValidationError as exc:  # a submission built in-process, without validation
         msg = explain(exc, JobSpec.model_fields)
         return _reject(core, job_id, None, StatusCode.REJECTED_INVALID, msg, now)
     refusal = _refusal(core, spec)
