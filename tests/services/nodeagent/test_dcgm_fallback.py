@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from services.nodeagent import gpu
 from services.nodeagent.gpu import DcgmBackend, GpuBackendError, NvmlBackend, detect_backend
+from services.nodeagent.gpu import nvml as gpu_nvml
 from tests.services.nodeagent.test_gpu_backends import FakeNvml
 
 
@@ -39,7 +39,7 @@ def test_dcgm_bindings_missing_leave_nvml_untouched(monkeypatch: pytest.MonkeyPa
     def missing(path: str | None = None) -> Any:
         raise GpuBackendError("DCGM bindings not found in /nowhere (pydcgm)")
 
-    monkeypatch.setattr(gpu, "import_dcgm", missing)
+    monkeypatch.setattr(gpu_nvml, "import_dcgm", missing)
     nvml = FakeNvml()
     with pytest.raises(GpuBackendError, match="bindings not found"):
         DcgmBackend(nvml)
@@ -48,8 +48,8 @@ def test_dcgm_bindings_missing_leave_nvml_untouched(monkeypatch: pytest.MonkeyPa
 
 def test_auto_falls_back_to_nvml_when_dcgm_cannot_serve(monkeypatch: pytest.MonkeyPatch) -> None:
     nvml = FakeNvml()
-    monkeypatch.setattr(gpu, "import_dcgm", lambda path=None: no_hostengine())
-    monkeypatch.setattr(gpu, "_import_pynvml", lambda: nvml)
+    monkeypatch.setattr(gpu_nvml, "import_dcgm", lambda path=None: no_hostengine())
+    monkeypatch.setattr(gpu_nvml, "_import_pynvml", lambda: nvml)
     backend = detect_backend("auto")
     assert isinstance(backend, NvmlBackend) and backend.name == "nvml"
     assert len(backend.discover()) == 4
