@@ -29,253 +29,17 @@ same rules then apply to the nodes of that type only; without a type any node ma
 
 from __future__ import annotations
 
-import functools
-import heapq
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Literal
 
+from domain.free_gpus import FreeIndex, NodeGpus, indices
+from domain.topology import Topology
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 
 Scheme = Literal["consolidated", "count", "yarn", "buddy"]
 SCHEMES: tuple[Scheme, ...] = ("consolidated", "count", "yarn", "buddy")
 INDEX_FROM = 32  # nodes in a pool from which an index beats scanning them
-
-
-@functools.cache
-def _mask(gpus: tuple[int, ...]) -> int:
-    m = 0
-    for i in gpus:
-        m |= 1 << i
-    return m
-
-
-def _indices(mask: int) -> tuple[int, ...]:
-    out = []
-    i = 0
-    while mask:
-        if mask & 1:
-            out.append(i)
-        mask >>= 1
-        i += 1
-    return tuple(out)
-
-
-def _lowest(mask: int, k: int) -> int:
-    """The k lowest set bits of mask."""
-    out = 0
-    while k and mask:
-        bit = mask & -mask
-        out |= bit
-        mask ^= bit
-        k -= 1
-    return out
-
-
-@dataclass(slots=True)
-class _Node:
-    """One node's GPUs as bitmasks: bit i set in `free` means GPU i is free this cycle."""
-
-    node_id: str
-    switch: str
-    size: int
-    free: int
-    held: int  # held by a running job not yet re-placed this cycle
-    gpu_type: str
-    nvlink: tuple[int, ...] = ()  # per GPU: mask of its NVLink peers (empty: unknown)
-    pos: int = 0  # in cluster order
-    holders: dict[str, int] = field(default_factory=dict)  # running job → its GPUs' mask
-    occupied: int = 0  # the union of the holders' masks
-
-    @property
-    def n_free(self) -> int:
-        return self.free.bit_count()
-
-    def unheld_free(self) -> int:
-        return (self.free & ~self.held).bit_count()
-
-    def available(self, displace: bool) -> int:
-        """Free GPUs a new job may take: with `displace`, also those running jobs hold."""
-        return self.n_free if displace else self.unheld_free()
-
-    def take(self, k: int) -> tuple[int, ...]:
-        """Take k free GPUs, unheld ones first, lowest index first (NVLink peers together,
-        where the node agent reported its topology)."""
-        unheld = self.free & ~self.held
-        if self.nvlink and k > 1 and unheld.bit_count() >= k:
-            picked = self._linked(unheld, k)
-        else:
-            picked = _lowest(unheld, k)
-            short = k - picked.bit_count()
-            if short:
-                picked |= _lowest(self.free & self.held, short)
-        self.free &= ~picked
-        return _indices(picked)
-
-    def _linked(self, pool: int, k: int) -> int:
-        """k GPUs of `pool`, grown greedily by NVLink links to those already taken."""
-        def links(i: int, to: int) -> int:
-            return (self.nvlink[i] & to).bit_count()
-
-        members = _indices(pool)
-        first = max(members, key=lambda i: (links(i, pool), -i))
-        picked = 1 << first
-        while picked.bit_count() < k:
-            rest = [i for i in members if not picked >> i & 1]
-            picked |= 1 << max(rest, key=lambda i: (links(i, picked), -i))
-        return picked
-
-
-class _FreeIndex:
-    """A pool's nodes filed by (free GPUs, free GPUs no running job holds), each file a heap of
-    cluster positions, so the tightest (or first) node with room for a gang is found by looking
-    at a few files rather than every node. Answers exactly as a scan in cluster order would.
-
-    A node that moves is pushed onto its new file and left on the old one; entries that no
-    longer match their node's file are dropped when they surface, and all files are rebuilt
-    once stale entries outnumber the nodes (so moving costs a push, not a search).
-    """
-
-    def __init__(self, nodes: list[_Node]) -> None:
-        self._top = max((n.size for n in nodes), default=0)
-        self._files: dict[tuple[int, int], list[int]] = {}
-        self._at: dict[int, tuple[int, int]] = {}
-        self._entries = 0
-        for node in nodes:
-            self.update(node)
-
-    def update(self, node: _Node) -> None:
-        key = (node.free.bit_count(), (node.free & ~node.held).bit_count())
-        if self._at.get(node.pos) == key:
-            return
-        self._at[node.pos] = key
-        file = self._files.get(key)
-        if file is None:
-            file = self._files[key] = []
-        heapq.heappush(file, node.pos)
-        self._entries += 1
-        if self._entries > 2 * len(self._at) + 64:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        files: dict[tuple[int, int], list[int]] = {}
-        for pos, key in self._at.items():
-            files.setdefault(key, []).append(pos)
-        for file in files.values():
-            heapq.heapify(file)
-        self._files, self._entries = files, len(self._at)
-
-    def _first_in(self, key: tuple[int, int]) -> int | None:
-        file = self._files.get(key)
-        if not file:
-            return None
-        at = self._at
-        while file and at[file[0]] != key:
-            heapq.heappop(file)
-            self._entries -= 1
-        return file[0] if file else None
-
-    def tightest(self, gpus: int, displace: bool) -> int | None:
-        """The first node, in cluster order, of those with the fewest free GPUs among those
-        where `gpus` fit (counting held GPUs only with `displace`)."""
-        for free in range(gpus, self._top + 1):
-            best: int | None = None
-            for unheld in range(0 if displace else gpus, free + 1):
-                pos = self._first_in((free, unheld))
-                if pos is not None and (best is None or pos < best):
-                    best = pos
-            if best is not None:
-                return best
-        return None
-
-    def first(self, gpus: int, displace: bool) -> int | None:
-        """The first node, in cluster order, where `gpus` fit."""
-        best: int | None = None
-        for key in list(self._files):
-            if (key[0] if displace else key[1]) >= gpus:
-                pos = self._first_in(key)
-                if pos is not None and (best is None or pos < best):
-                    best = pos
-        return best
-
-    def largest(self) -> int:
-        return max((key[0] for key in list(self._files) if self._first_in(key) is not None),
-                   default=0)
-
-
-class Topology:
-    """What does not change between cycles: node sizes, switches, and placements as bitmasks.
-
-    Build it once per cluster and pass it to every `CyclePlacement`; converting a job's GPU
-    list to per-node masks is memoised, since running jobs keep the same placement for many
-    cycles.
-    """
-
-    def __init__(self, cluster: ClusterSpec) -> None:
-        self.cluster = cluster
-        self.nodes = [(n.node_id, n.switch_id, n.gpus, n.gpu_type) for n in cluster.nodes]
-        self.index = {n.node_id: i for i, n in enumerate(cluster.nodes)}
-        self.type_of = {n.node_id: n.gpu_type for n in cluster.nodes}
-        groups: dict[str, list[int]] = {}
-        for i, n in enumerate(cluster.nodes):
-            groups.setdefault(n.switch_id, []).append(i)
-        self.switch_groups = list(groups.values())
-        # NVLink peers per GPU, per node, as node agents report them (`learn_links`).
-        self.nvlink: dict[str, tuple[int, ...]] = {}
-        self.links_learned = 0  # how many times links were learned (placements refresh theirs)
-        sizes = {n.gpus for n in cluster.nodes if n.gpus}
-        self.uniform = len(sizes) <= 1
-        self.total_gpus = cluster.total_gpus
-        self._masks: dict[GpuSlots, tuple[tuple[int, int], ...] | None] = {}
-        # GPUs out of service, per node as a mask (`take_out`): nothing new lands on them.
-        self.out: dict[str, int] = {}
-
-    def learn_links(self, node_id: str, pairs: Collection[tuple[int, int]]) -> None:
-        """A node's NVLink-connected GPU pairs (by index): placement keeps gangs on them."""
-        i = self.index.get(node_id)
-        if i is None:
-            return
-        peers = [0] * self.nodes[i][2]
-        for a, b in pairs:
-            if a < len(peers) and b < len(peers):
-                peers[a] |= 1 << b
-                peers[b] |= 1 << a
-        self.nvlink[node_id] = tuple(peers) if any(peers) else ()
-        self.links_learned += 1
-
-    def take_out(self, node_id: str, gpus: Collection[int]) -> None:
-        """Take these GPUs of a node out of service (a failed health check), and its others
-        back in: like a drained node, one GPU at a time, a job running on one keeps it and
-        nothing new is placed there."""
-        i = self.index.get(node_id)
-        if i is None:
-            return
-        mask = 0
-        for g in gpus:
-            if 0 <= g < self.nodes[i][2]:
-                mask |= 1 << g
-        if mask:
-            self.out[node_id] = mask
-        else:
-            self.out.pop(node_id, None)
-
-    def masks(self, slots: GpuSlots) -> tuple[tuple[int, int], ...] | None:
-        """(node index, GPU mask) per node of a placement; None if it names missing GPUs."""
-        hit = self._masks.get(slots, False)
-        if hit is not False:
-            return hit  # type: ignore[return-value]
-        out: list[tuple[int, int]] | None = []
-        for node_id, gpus in slots:
-            i = self.index.get(node_id)
-            m = _mask(gpus)
-            if i is None or m >> self.nodes[i][2]:
-                out = None
-                break
-            out.append((i, m))  # type: ignore[union-attr]
-        result = None if out is None else tuple(out)
-        self._masks[slots] = result
-        return result
 
 
 class CyclePlacement:
@@ -310,7 +74,7 @@ class CyclePlacement:
         topo = cluster if isinstance(cluster, Topology) else Topology(cluster)
         self.scheme = scheme
         self._topo = topo
-        self._nodes = nodes = [_Node(nid, sw, size, (1 << size) - 1, 0, gpu_type,
+        self._nodes = nodes = [NodeGpus(nid, sw, size, (1 << size) - 1, 0, gpu_type,
                                      topo.nvlink.get(nid, ()), pos)
                                for pos, (nid, sw, size, gpu_type) in enumerate(topo.nodes)]
         self._links_seen = topo.links_learned
@@ -318,24 +82,24 @@ class CyclePlacement:
         self._type_of = topo.type_of
         types = topo.cluster.gpus_by_type
         # Per GPU type: its nodes and its part of each switch (heterogeneous clusters only).
-        self._pools: dict[str | None, tuple[list[_Node], list[list[_Node]]]] = {}
+        self._pools: dict[str | None, tuple[list[NodeGpus], list[list[NodeGpus]]]] = {}
         if len(types) > 1:
             for t in types:
                 sw = [[n for n in group if n.gpu_type == t] for group in self._switches]
                 self._pools[t] = ([n for n in nodes if n.gpu_type == t], [g for g in sw if g])
         # Big pools are searched through an index; small ones are scanned (cheaper there).
-        self._indexes: dict[str | None, _FreeIndex] = {}
+        self._indexes: dict[str | None, FreeIndex] = {}
         if len(nodes) >= index_from:
-            self._indexes[None] = _FreeIndex(nodes)
+            self._indexes[None] = FreeIndex(nodes)
         for pool, (members, _) in self._pools.items():
             if len(members) >= index_from:
-                self._indexes[pool] = _FreeIndex(members)
+                self._indexes[pool] = FreeIndex(members)
         # Running jobs' GPUs, as bound between cycles (None: GPUs that no longer exist).
         self._bound: dict[str, GpuSlots] = {}
-        self._bound_at: dict[str, list[tuple[_Node, int]] | None] = {}
-        self._dirty: dict[int, _Node] = {}  # nodes to reset before the next cycle
-        self._stale: dict[int, _Node] = {}  # nodes to re-file before the index is asked
-        self._busy: dict[int, _Node] = {}  # nodes some running job is bound to
+        self._bound_at: dict[str, list[tuple[NodeGpus, int]] | None] = {}
+        self._dirty: dict[int, NodeGpus] = {}  # nodes to reset before the next cycle
+        self._stale: dict[int, NodeGpus] = {}  # nodes to re-file before the index is asked
+        self._busy: dict[int, NodeGpus] = {}  # nodes some running job is bound to
         self._busy_gpus = 0
         self._busy_by_type = dict.fromkeys(types, 0)
         self.in_place = False
@@ -376,7 +140,7 @@ class CyclePlacement:
             del node.holders[job_id]
             self._occupy(node)
 
-    def _occupy(self, node: _Node) -> None:
+    def _occupy(self, node: NodeGpus) -> None:
         """Recount a node's occupied GPUs after its holders changed."""
         occupied = 0
         for m in node.holders.values():
@@ -446,7 +210,7 @@ class CyclePlacement:
                 self._free_by_type[node.gpu_type] -= idle
                 self._moved(node)
 
-    def _reindex(self, node: _Node) -> None:
+    def _reindex(self, node: NodeGpus) -> None:
         if self._indexes:
             self._stale[node.pos] = node
 
@@ -460,7 +224,7 @@ class CyclePlacement:
                     index.update(node)
         self._stale = {}
 
-    def _moved(self, node: _Node) -> None:
+    def _moved(self, node: NodeGpus) -> None:
         """A node's GPUs changed this cycle: reset it before the next, re-file it."""
         self._dirty[node.pos] = node
         self._reindex(node)
@@ -554,8 +318,8 @@ class CyclePlacement:
             node.free &= ~m
         return self._bound[job_id]
 
-    def _consolidated(self, nodes: list[_Node], switches: list[list[_Node]], gpus: int,
-                      displace: bool, index: _FreeIndex | None) -> GpuSlots | None:
+    def _consolidated(self, nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int,
+                      displace: bool, index: FreeIndex | None) -> GpuSlots | None:
         """One node if a node of the switch is big enough, else whole nodes + a remainder."""
         if index is not None:
             self._flush()
@@ -579,10 +343,10 @@ class CyclePlacement:
                     return slots
         return None
 
-    def _buddy(self, switches: list[list[_Node]], gpus: int, displace: bool
+    def _buddy(self, switches: list[list[NodeGpus]], gpus: int, displace: bool
                ) -> GpuSlots | None:
         """An aligned power-of-two block: within a node, or whole nodes in a row."""
-        best: tuple[int, _Node, int] | None = None  # (free GPUs, node, block mask)
+        best: tuple[int, NodeGpus, int] | None = None  # (free GPUs, node, block mask)
         for members in switches:
             for node in members:
                 if node.size < gpus:
@@ -597,7 +361,7 @@ class CyclePlacement:
         if best is not None:
             _, node, block = best
             node.free &= ~block
-            return ((node.node_id, _indices(block)),)
+            return ((node.node_id, indices(block)),)
         for members in switches:
             size = max((n.size for n in members), default=0)
             if size == 0 or gpus % size:
@@ -609,7 +373,7 @@ class CyclePlacement:
                     return tuple((n.node_id, n.take(size)) for n in row)
         return None
 
-    def _multi_node(self, members: list[_Node], gpus: int, displace: bool) -> GpuSlots | None:
+    def _multi_node(self, members: list[NodeGpus], gpus: int, displace: bool) -> GpuSlots | None:
         """Whole free nodes plus one node for the remainder, all in one switch."""
         size = max(n.size for n in members)
         if size == 0:
@@ -632,7 +396,7 @@ class CyclePlacement:
             slots.append((remainder.node_id, remainder.take(rest)))
         return tuple(slots)
 
-    def _spread(self, nodes: list[_Node], switches: list[list[_Node]], gpus: int,
+    def _spread(self, nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int,
                 displace: bool) -> GpuSlots | None:
         """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can."""
         avail = {id(n): n.available(displace) for n in nodes}

@@ -24,7 +24,8 @@ from numpy.typing import ArrayLike
 
 from domain.interleave import MAX_GROUP, Stages, group_iteration_time
 from domain.overhead import MURI_SLOWDOWN, OverheadModel
-from domain.placement import CyclePlacement, Scheme, Topology
+from domain.placement import CyclePlacement, Scheme
+from domain.topology import Topology
 from policies.base import Fitter, JobView, Plan, Policy, Snapshot, status_for_waiting
 from policies.muri.matching import Group, group_by_matching
 from schemas.status import Status

@@ -31,8 +31,9 @@ from typing import Any
 
 from domain import causes
 from domain.overhead import job_rates, progress_segments
-from domain.placement import CyclePlacement, Scheme, Topology
+from domain.placement import CyclePlacement, Scheme
 from domain.progress import RunProgress
+from domain.topology import Topology
 from policies.base import JobView, Plan, Policy, Snapshot
 from policies.mechanisms.admission import TenantGate
 from schemas import subjects

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from domain.placement import SCHEMES, CyclePlacement, Topology
+from domain.placement import SCHEMES, CyclePlacement
+from domain.topology import Topology
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuSlots
 from tests.builders import cluster

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.placement import SCHEMES, CyclePlacement, Topology
+from domain.placement import SCHEMES, CyclePlacement
+from domain.topology import Topology
 from schemas.cluster import ClusterSpec, NodeSpec
 from schemas.events import GpuSlots
 
