@@ -10,8 +10,9 @@ without NVML) or it does not apply (NCCL without CUDA).
 `loom doctor` runs them all once and exits with the worst status: 0 pass, 1 warn, 2 fail.
 The node agent runs them all at start-up, the cheap ones (`ON_HEARTBEAT`: NVML reads, a
 statvfs) on every heartbeat and the rest again every `REFRESH_S`, and sends the problems
-with each heartbeat (`to_health`): the scheduler cordons the node, or takes single GPUs out
-of service, while a check fails (`domain.health`).
+with each heartbeat (`services.nodeagent.health_monitor`). What a check reports is a
+`services.nodeagent.check_result.Check`; the per-GPU checks are in
+`services.nodeagent.gpu_checks`.
 """
 
 from __future__ import annotations
@@ -19,86 +20,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
-from schemas.events import HealthProblem, NodeHealth
-from services.nodeagent.gpu import (
-    THROTTLE_BAD,
-    THROTTLE_REASONS,
-    DriverInfo,
-    GpuBackend,
-    GpuHealth,
-    GpuInfo,
-    MpsControl,
-)
+from services.nodeagent.check_result import TITLES, Check, Status
+from services.nodeagent.gpu import DriverInfo, GpuBackend, GpuHealth, GpuInfo, MpsControl
+from services.nodeagent.gpu_checks import check_gpu
 from services.nodeagent.probes import Host, NatsReport, TorchReport, check_storage
-from services.runtime.logging import get_logger
 
-Status = Literal["pass", "warn", "fail", "skip"]
 SEVERITY: dict[Status, int] = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
 EXIT_PASS, EXIT_WARN, EXIT_FAIL = 0, 1, 2
 
-TITLES: dict[str, str] = {
-    "driver": "NVIDIA driver and NVML reachable",
-    "gpus": "GPUs visible (UUID, memory)",
-    "ecc": "ECC errors",
-    "memory": "retired pages / row remapping",
-    "xid": "XID errors",
-    "temperature": "temperature",
-    "throttle": "clock throttling",
-    "dcgm": "DCGM present",
-    "torch": "torch sees CUDA, versions match the driver",
-    "gloo": "gloo usable",
-    "nccl": "NCCL usable",
-    "mps": "MPS control daemon startable, its directories writable",
-    "checkpoint": "checkpoint directory writable, with room",
-    "nats": "NATS reachable with the configured credentials",
-    "clock": "clock skew against the NATS server",
-}
 CHECKS = tuple(TITLES)
 PER_GPU = ("ecc", "memory", "xid", "temperature", "throttle")
 # Cheap enough for every heartbeat: NVML reads and a statvfs.
 ON_HEARTBEAT = ("driver", "gpus", *PER_GPU, "checkpoint")
 REFRESH_S = 600.0  # the node agent re-runs the other checks this often
-
-# XIDs after which a GPU must not take work until it is reset (or replaced): NVIDIA's XID
-# catalogue (docs.nvidia.com/deploy/xid-errors) lists a GPU reset or a reboot as their action.
-FATAL_XIDS: dict[int, str] = {
-    48: "double-bit ECC error", 62: "internal micro-controller halt",
-    64: "ECC page retirement or row remapping failure", 74: "NVLink error",
-    79: "GPU has fallen off the bus", 95: "uncontained ECC error", 119: "GSP RPC timeout",
-    120: "GSP error", 140: "unrecovered ECC error",
-}
-# Others worth naming: mostly a job's own fault (13, 31, 43, 45), or a GPU to watch (63, 92, 94).
-OTHER_XIDS: dict[int, str] = {
-    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
-    45: "preemptive cleanup", 63: "ECC page retirement or row remapping recorded",
-    92: "high single-bit ECC error rate", 94: "contained ECC error",
-}
-RETIRED_PAGES_RMA = 60  # NVIDIA's RMA threshold for pages retired on one GPU
-
-log = get_logger("loom.doctor")
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str  # one of CHECKS
-    status: Status
-    measured: str
-    fix: str = ""
-    gpu: int | None = None  # the GPU it is about (index on the node); None: the node
-
-    @property
-    def title(self) -> str:
-        return TITLES[self.name]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"check": self.name, "title": self.title, "gpu": self.gpu,
-                "status": self.status, "measured": self.measured, "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -119,13 +57,6 @@ def worst(checks: Iterable[Check]) -> Status:
 def exit_status(checks: Iterable[Check]) -> int:
     """0 when every check passed (or was skipped), 1 with a warning, 2 with a failure."""
     return SEVERITY[worst(checks)]
-
-
-def to_health(checks: Iterable[Check]) -> NodeHealth:
-    """The problems, for the heartbeat: what each measured, cut to fit the event."""
-    return NodeHealth(problems=tuple(
-        HealthProblem(check=c.name, status=c.status, detail=c.measured[:1024], gpu=c.gpu)
-        for c in checks if c.status in ("warn", "fail")))
 
 
 def _gib(n: int) -> str:
@@ -209,7 +140,7 @@ class Doctor:
         for name in PER_GPU:
             for h in health:
                 if h.lost is None:
-                    checks.append(_unread(_PER_GPU[name](h), h))
+                    checks.append(check_gpu(name, h))
         return checks
 
     def _driver(self) -> Check:
@@ -425,115 +356,7 @@ def daemon_answers(pipe_dir: Path) -> bool:
     return False
 
 
-# -- per-GPU checks ------------------------------------------------------------------------
-def _ecc(h: GpuHealth) -> Check:
-    i = h.index
-    if h.ecc_enabled is None:
-        return Check("ecc", "pass", f"GPU {i}: not reported (no ECC on this GPU)", gpu=i)
-    if not h.ecc_enabled:
-        return Check("ecc", "warn", f"GPU {i}: ECC disabled",
-                     f"enable it (nvidia-smi -i {i} -e 1) and reboot", gpu=i)
-    counts = f"{h.ecc_uncorrected or 0} uncorrectable, {h.ecc_corrected or 0} corrected " \
-             "(since the driver loaded)"
-    if h.ecc_uncorrected:
-        return Check("ecc", "fail", f"GPU {i}: {counts}",
-                     f"GPU {i} is out of service: reset it (nvidia-smi -r -i {i}) or reboot, "
-                     "then restart the node agent; if errors come back, replace the GPU",
-                     gpu=i)
-    if h.ecc_pending:
-        return Check("ecc", "warn", f"GPU {i}: {counts}; an ECC mode change waits for a reboot",
-                     "reboot the node when it is drained", gpu=i)
-    return Check("ecc", "pass", f"GPU {i}: {counts}", gpu=i)
-
-
-def _memory(h: GpuHealth) -> Check:
-    i = h.index
-    parts = []
-    if h.remapped_rows is not None:
-        parts.append(f"{h.remapped_rows[0]} correctable and {h.remapped_rows[1]} "
-                     "uncorrectable rows remapped")
-    if h.retired_pages is not None:
-        parts.append(f"{h.retired_pages} pages retired")
-    seen = f"GPU {i}: " + ("; ".join(parts) or "not reported (neither page retirement nor "
-                                                 "row remapping on this GPU)")
-    if h.remap_failed:
-        return Check("memory", "fail", f"{seen}; a row remap FAILED",
-                     f"GPU {i} is out of service: replace it (NVIDIA's RMA process)", gpu=i)
-    if h.retired_pages is not None and h.retired_pages >= RETIRED_PAGES_RMA:
-        return Check("memory", "warn", f"{seen}, at NVIDIA's RMA threshold",
-                     "plan to replace the GPU", gpu=i)
-    if h.remap_pending or h.retired_pending:
-        return Check("memory", "warn", f"{seen}; a remap or retirement waits for a reset",
-                     f"reset the GPU when it is idle (nvidia-smi -r -i {i}) or reboot", gpu=i)
-    return Check("memory", "pass", seen, gpu=i)
-
-
-def _xid(h: GpuHealth) -> Check:
-    i = h.index
-    if h.xid_watch is not None and not h.xids:
-        return Check("xid", "skip", f"GPU {i}: not watched: {h.xid_watch}", gpu=i)
-    fatal = [x for x in h.xids if x in FATAL_XIDS]
-    named = ", ".join(f"XID {x} ({FATAL_XIDS.get(x) or OTHER_XIDS.get(x, 'see NVIDIA')})"
-                      for x in dict.fromkeys(h.xids))
-    if fatal:
-        return Check("xid", "fail", f"GPU {i}: {named}",
-                     f"GPU {i} is out of service: reset it (nvidia-smi -r -i {i}) or reboot, "
-                     "then restart the node agent; see NVIDIA's XID catalogue for the error",
-                     gpu=i)
-    if h.xids:
-        return Check("xid", "warn", f"GPU {i}: {named}",
-                     "usually the job's own fault; look at the job's log and `dmesg | grep "
-                     "Xid`", gpu=i)
-    return Check("xid", "pass", f"GPU {i}: none since the agent began watching", gpu=i)
-
-
-def _temperature(h: GpuHealth) -> Check:
-    i = h.index
-    if h.temperature_c is None:
-        return Check("temperature", "pass", f"GPU {i}: not reported", gpu=i)
-    t = h.temperature_c
-    seen = f"GPU {i}: {t} °C (slows down at {h.slowdown_c or '?'} °C, shuts down at " \
-           f"{h.shutdown_c or '?'} °C)"
-    fix = "check the node's cooling: fans (nvidia-smi -q -d FAN), airflow, the room"
-    if h.shutdown_c is not None and t >= h.shutdown_c:
-        return Check("temperature", "fail", seen, f"GPU {i} is out of service until it cools; "
-                                                   + fix, gpu=i)
-    if h.slowdown_c is not None and t >= h.slowdown_c:
-        return Check("temperature", "warn", seen, fix, gpu=i)
-    return Check("temperature", "pass", seen, gpu=i)
-
-
-def _throttle(h: GpuHealth) -> Check:
-    i = h.index
-    if h.throttle_reasons is None:
-        return Check("throttle", "pass", f"GPU {i}: not reported", gpu=i)
-    reasons = [why for bit, why in THROTTLE_REASONS.items() if h.throttle_reasons & bit]
-    seen = f"GPU {i}: {', '.join(reasons) or 'none'}"
-    if h.throttle_reasons & THROTTLE_BAD:
-        return Check("throttle", "warn", seen,
-                     "thermal: check cooling; power brake or hardware slowdown: check the "
-                     "power supply and cables (nvidia-smi -q -d PERFORMANCE)", gpu=i)
-    return Check("throttle", "pass", seen, gpu=i)
-
-
-# Which of NVML's failed reads (`GpuHealth.errors`, named by what was read) each check needed.
-_READS = {"ecc": ("ECC",), "memory": ("retired pages", "row remapping"), "xid": (),
-          "temperature": ("temperature",), "throttle": ("throttling",)}
-
-
-def _unread(check: Check, h: GpuHealth) -> Check:
-    """A check that passed on what could be read warns of what NVML refused to read."""
-    missed = [e for e in h.errors if e.startswith(_READS[check.name])]
-    if check.status != "pass" or not missed:
-        return check
-    return Check(check.name, "warn", f"{check.measured}; could not read {'; '.join(missed)}",
-                 "NVML refused the read: run the agent as a user NVML allows it to (root, or "
-                 "see `nvidia-smi -q` as that user), or upgrade the driver", gpu=check.gpu)
-
-
 _TORCH = ("torch", "gloo", "nccl")
-_PER_GPU = {"ecc": _ecc, "memory": _memory, "xid": _xid, "temperature": _temperature,
-            "throttle": _throttle}
 
 _DRIVER_FIX = ("install or reload the NVIDIA driver (nvidia-smi must work), and nvidia-ml-py "
                "for the agent (pip install 'loom-scheduler[gpu]'); after a driver upgrade, "
@@ -547,70 +370,3 @@ _MPS_FIX = ("nvidia-cuda-mps-control comes with the driver: put it on PATH; run 
 _NATS_FIX = ("start the server or point --nats-url (LOOM_NATS_URL) at it; check the node's "
              "user and password (LOOM_NATS_USER, LOOM_NATS_PASSWORD) or TLS files against "
              "deploy/nats/accounts.conf; see docs/security.md")
-
-
-class HealthMonitor:
-    """The node agent's checks: all of them at start-up, the cheap ones on every heartbeat,
-    the others again every `refresh_s` (in the background); `beat` is the report a
-    heartbeat carries. Changes are logged: a check that starts or stops failing."""
-
-    def __init__(self, doctor: Doctor, refresh_s: float = REFRESH_S) -> None:
-        self.doctor = doctor
-        self.refresh_s = refresh_s
-        self.slow: list[Check] = []  # the latest results of the checks not on heartbeats
-        self.latest: list[Check] = []
-        self._refreshed_at = time.monotonic()
-        self._refreshing: asyncio.Task[None] | None = None
-        self._seen: dict[tuple[str, int | None], Status] = {}
-
-    async def startup(self) -> list[Check]:
-        checks = await self.doctor.run()
-        self.slow = [c for c in checks if c.name not in ON_HEARTBEAT]
-        self._refreshed_at = time.monotonic()
-        self._note(checks, startup=True)
-        return checks
-
-    def beat(self) -> NodeHealth:
-        """This heartbeat's report: its own checks and the latest of the others."""
-        if (self._refreshing is None and self.refresh_s > 0
-                and time.monotonic() - self._refreshed_at >= self.refresh_s):
-            self._refreshing = asyncio.ensure_future(self._refresh())
-        try:
-            checks = [*self.doctor.quick(), *self.slow]
-        except Exception as exc:  # a check's bug must not stop the heartbeat
-            checks = [Check("driver", "warn", f"the checks failed: {type(exc).__name__}: "
-                                              f"{exc}"), *self.slow]
-        self._note(checks)
-        return to_health(checks)
-
-    async def _refresh(self) -> None:
-        try:
-            self.slow = await self.doctor.slow(self.slow)
-        except Exception as exc:
-            log.warning("health checks failed", reason=f"{type(exc).__name__}: {exc}")
-        finally:
-            self._refreshed_at = time.monotonic()
-            self._refreshing = None
-
-    async def stop(self) -> None:
-        if self._refreshing is not None:
-            self._refreshing.cancel()
-            with contextlib.suppress(BaseException):
-                await self._refreshing
-
-    def _note(self, checks: list[Check], startup: bool = False) -> None:
-        self.latest = checks
-        now = {(c.name, c.gpu): c.status for c in checks}
-        for c in checks:
-            before = self._seen.get((c.name, c.gpu), "pass")
-            if c.status in ("warn", "fail") and (startup or before != c.status):
-                getattr(log, "error" if c.status == "fail" else "warning")(
-                    "health check " + ("failed" if c.status == "fail" else "warns"),
-                    check=c.name, gpu=c.gpu, measured=c.measured, fix=c.fix)
-            elif c.status == "pass" and before in ("warn", "fail"):
-                log.info("health check passes again", check=c.name, gpu=c.gpu,
-                         measured=c.measured)
-        if startup:
-            log.info("health checks at start-up", worst=worst(checks),
-                     **{s: sum(c.status == s for c in checks) for s in SEVERITY})
-        self._seen = now

@@ -26,8 +26,9 @@ from pydantic import ValidationError
 from schemas import trainer as protocol
 from schemas.events import GpuSample, HealthProblem, NodeHealth
 from services.nodeagent.agent import Kill, SampleGpus, Spawn, TrainerNodeCore
-from services.nodeagent.doctor import Doctor, DoctorConfig, HealthMonitor
+from services.nodeagent.doctor import Doctor, DoctorConfig
 from services.nodeagent.gpu import FakeBackend, GpuBackend, MpsControl, run_command
+from services.nodeagent.health_monitor import HealthMonitor
 from services.nodeagent.jobuser import JobUser
 from services.nodeagent.probes import RealHost, host_for
 from services.nodeagent.supervisor import ProcessSpec, Supervisor

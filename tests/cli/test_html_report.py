@@ -5,16 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from loom.html_report import (
-    CellData,
-    TraceSection,
-    cell_data,
-    duration,
-    nice_ticks,
-    render,
-    size_bucket,
-    thin_cdf,
-)
+from loom.html_report import CellData, TraceSection, cell_data, render, size_bucket
+from loom.report_charts import duration, nice_ticks, thin_cdf
 from schemas.job import JobState
 from services.metrics.core import JobOutcome
 

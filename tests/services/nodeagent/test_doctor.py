@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from schemas.events import HealthProblem
+from services.nodeagent.check_result import Check
 from services.nodeagent.doctor import (
     CHECKS,
     EXIT_FAIL,
@@ -25,15 +26,14 @@ from services.nodeagent.doctor import (
     EXIT_WARN,
     ON_HEARTBEAT,
     PER_GPU,
-    Check,
     Doctor,
     DoctorConfig,
     daemon_answers,
     exit_status,
-    to_health,
     worst,
 )
 from services.nodeagent.gpu import FakeBackend, FakeFaults, GpuBackendError, MpsControl
+from services.nodeagent.health_monitor import to_health
 from services.nodeagent.probes import FakeHost, TorchReport
 
 
