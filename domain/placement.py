@@ -164,11 +164,13 @@ class CyclePlacement:
             self._links_seen = topo.links_learned
             for node in self._nodes:
                 node.nvlink = topo.nvlink.get(node.node_id, ())
-        for node in self._dirty.values():  # back to running jobs in place
+        stale = self._stale if self._indexes else None
+        for pos, node in self._dirty.items():  # back to running jobs in place
             node.free = ((1 << node.size) - 1) & ~node.occupied
             node.held = 0
-            self._reindex(node)
-        self._dirty = {}
+            if stale is not None:
+                stale[pos] = node  # as `_reindex`
+        self._dirty = dirty = {}
         self._kept: set[str] = set()  # running jobs re-placed (or not) this cycle
         self.placed: dict[str, GpuSlots] = {}
         self.in_place = in_place
@@ -179,10 +181,12 @@ class CyclePlacement:
                 self._free_by_type[gpu_type] -= busy
         else:
             self.free_gpus = topo.total_gpus
-            for node in self._busy.values():  # free again, but held for their jobs
+            for pos, node in self._busy.items():  # free again, but held for their jobs
                 node.free = (1 << node.size) - 1
                 node.held = node.occupied
-                self._moved(node)
+                dirty[pos] = node  # as `_moved`
+                if stale is not None:
+                    stale[pos] = node
         self._out = {}
         if topo.out:
             self._take_out(topo)
@@ -257,10 +261,17 @@ class CyclePlacement:
             return None
         if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
             return None
-        nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches))
-        index = self._indexes.get(gpu_type)
         # A running job keeps its GPUs even on a drained node; new placements avoid those.
         slots = self._keep(job_id, gpus, gpu_type, within)
+        if slots is not None:  # most calls, at scale: nothing to search
+            self.free_gpus -= gpus
+            self.placed[job_id] = slots
+            by_type, type_of = self._free_by_type, self._type_of
+            for node_id, taken in slots:
+                by_type[type_of[node_id]] -= len(taken)
+            return slots
+        nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches))
+        index = self._indexes.get(gpu_type)
         allowed = within
         if self.cordoned:
             allowed = {n.node_id for n in nodes if n.node_id not in self.cordoned
@@ -273,14 +284,14 @@ class CyclePlacement:
                         if (kept := [n for n in group if n.node_id in allowed])]
         # First without touching GPUs that running jobs still hold, then allowing it.
         for displace in (False, True):
-            if slots is not None:
-                break
             if self.scheme == "buddy" and gpus & (gpus - 1) == 0:
                 slots = self._buddy(switches, gpus, displace)
-                continue
-            slots = self._consolidated(nodes, switches, gpus, displace, index)
-            if slots is None and self.scheme == "count":
-                slots = self._spread(nodes, switches, gpus, displace)
+            else:
+                slots = self._consolidated(nodes, switches, gpus, displace, index)
+                if slots is None and self.scheme == "count":
+                    slots = self._spread(nodes, switches, gpus, displace)
+            if slots is not None:
+                break
         if slots is not None:
             self.free_gpus -= gpus
             self.placed[job_id] = slots
@@ -300,19 +311,21 @@ class CyclePlacement:
         held = self._bound_at[job_id]
         if held is None:
             return None
+        # One pass: un-hold every node of it (whatever happens next), check it can keep them.
+        dirty, stale, out = self._dirty, self._stale if self._indexes else None, self._out
+        kept, count = True, 0
         for node, m in held:
-            node.held &= ~m  # no longer reserved for it, whatever happens next
-            self._moved(node)
-        count = 0
-        for node, m in held:
-            # Its own GPUs out of service are still its own (they left the free pool).
-            own = node.free | (self._out.get(node.pos, 0) & m) if self._out else node.free
-            if own & m != m or (gpu_type is not None and node.gpu_type != gpu_type):
-                return None
-            if within is not None and node.node_id not in within:
-                return None
-            count += m.bit_count()
-        if count != gpus:
+            node.held &= ~m
+            dirty[node.pos] = node  # as `_moved`
+            if stale is not None:
+                stale[node.pos] = node
+            if kept:
+                # Its own GPUs out of service are still its own (they left the free pool).
+                own = node.free | (out.get(node.pos, 0) & m) if out else node.free
+                kept = (own & m == m and (gpu_type is None or node.gpu_type == gpu_type)
+                        and (within is None or node.node_id in within))
+                count += m.bit_count()
+        if not kept or count != gpus:
             return None
         for node, m in held:
             node.free &= ~m
