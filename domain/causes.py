@@ -4,7 +4,7 @@ and logs read the same)."""
 
 from __future__ import annotations
 
-from schemas.causes import LAUNCH_TIMED_OUT, Cause, failure_fault
+from schemas.causes import LAUNCH_TIMED_OUT, RECORDED_FAILURE, Cause, failure_fault
 
 ADMITTED = Cause(kind="admitted", text="admitted")
 STARTED = Cause(kind="started", text="started")
@@ -16,6 +16,14 @@ CANCELLED = Cause(kind="cancelled", text="cancelled")
 COMPLETED = Cause(kind="completed", text="completed")
 COMPLETED_WHILE_REQUEUED = Cause(kind="completed", text="completed while requeued")
 RECOVERED = Cause(kind="recovered", text="recovered")
+
+
+RECLAIMED = "preempted: reclaimed by queue "  # how a reclaim's cause text begins
+
+
+def reclaimed(queue: str) -> Cause:
+    """Preempted because queue `queue` took back the quota the job's queue had borrowed."""
+    return Cause(kind="preempted", text=f"{RECLAIMED}{queue!r}")
 
 
 def rejected(reason: str) -> Cause:
@@ -38,6 +46,21 @@ def retry(node_id: str, failure: str, attempt: int, retries: int, at: float) -> 
     return Cause(kind="retry", node_id=node_id, fault=failure_fault(failure),
                  text=f"trainer failed on {node_id} ({failure}); retry {attempt} of {retries} "
                       f"at {at:g}")
+
+
+def recorded_restart(node_id: str, failure: str, attempt: int, at: float) -> Cause:
+    """A failure the trace records, before its last run: the job runs again (the trace says it
+    did), whatever its retry budget. The text reads as `retry`'s, so a version-1 log reads the
+    same cause back."""
+    return Cause(kind="retry", node_id=node_id, fault=failure_fault(failure),
+                 text=f"trainer failed on {node_id} ({failure}); restart {attempt} as "
+                      f"recorded, at {at:g}")
+
+
+def recorded_failure(mark: float, iterations: int) -> str:
+    """What a simulated node reports at a job's recorded failure mark (`JobSpec.fail_at`)."""
+    return (f"{RECORDED_FAILURE}the trace's job failed here, at iteration {mark:g} of "
+            f"{iterations}")
 
 
 def failed(failure: str) -> Cause:

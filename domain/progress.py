@@ -38,13 +38,19 @@ class RunProgress:
         self.remaining = self.left_at(now, lost_s)
         self.at = now
 
-    def finish_at(self, now: float) -> float:
-        """When the run completes if nothing interrupts it from `now` on."""
+    def finish_at(self, now: float, upto: float | None = None) -> float:
+        """When the run completes (with `upto`: reaches that many iterations done, a mark
+        short of the end) if nothing interrupts it from `now` on."""
         start = now if now > self.ready_at else self.ready_at
         left = self.left_at(now) if now > self.at else self.remaining
+        total = self.total
+        if upto is not None:
+            # Reaching `upto` is finishing a job of `upto` iterations that has as many done.
+            left -= total - upto
+            total = upto
         left = left if left > 0.0 else 0.0
         if self.segments is not None:
-            return start + seconds_to_finish(left, self.total, self.segments)
+            return start + seconds_to_finish(left, total, self.segments)
         return start + left * self.iteration_s
 
 

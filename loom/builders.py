@@ -61,6 +61,7 @@ class ServeOptions:
     liveness: LivenessConfig = field(default_factory=LivenessConfig)  # scheduler: lost nodes
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # scheduler: failed trainers
     tenants: TenantsConfig | None = None  # scheduler: quotas and fair share; None: no limits
+    forecast_every_s: float | None = None  # scheduler: start forecasts at most this often
     replica: str | None = None  # scheduler: this replica's id; elect a leader among replicas
     lease_s: float = 6.0  # scheduler replicas: how long a lease lasts (real seconds)
     renew_s: float = 2.0  # scheduler replicas: how often it is renewed or polled
@@ -80,7 +81,8 @@ def scheduler_for(opts: ServeOptions) -> SchedulerCore:
     """The scheduler's core (a replica builds one afresh each time it wins the lease)."""
     return build_scheduler(opts.policy, opts.cluster, round_s=opts.round_s,
                            overhead=opts.overhead, seed=opts.seed, liveness=opts.liveness,
-                           retry=opts.retry, tenants=opts.tenants)
+                           retry=opts.retry, tenants=opts.tenants,
+                           forecast_every_s=opts.forecast_every_s)
 
 
 def _metrics(core: MetricsCore) -> Built:

@@ -35,6 +35,16 @@ def positive(text: str) -> float:
     return value
 
 
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more (and finite)")
+    return value
+
+
 def slug(text: str) -> str:
     """A trace or cluster name as part of an output folder's name."""
     return text.replace("/", "_").replace("\\", "_").removesuffix(".csv")

@@ -123,9 +123,10 @@ class Prepared:
 
 def prepare(entries: Sequence[TraceEntry], names: Sequence[str],
             spec_for: Callable[[str], RunSpec], log: Path | None,
-            trace_filter: str | None) -> list[Prepared]:
+            trace_filter: str | None, replay_failures: bool = False) -> list[Prepared]:
     """Every run's spec, checked before any starts: the policies, then each entry's trace
-    and cluster (an error names the entry)."""
+    (read with the trace options: `trace_filter`, `replay_failures`) and cluster (an error
+    names the entry)."""
     for name in names:
         policies.policy_class(name)  # UnknownPolicy before any trace is read
     per_entry: list[list[RunSpec]] = []
@@ -135,7 +136,7 @@ def prepare(entries: Sequence[TraceEntry], names: Sequence[str],
             spec = dataclasses.replace(spec_for(name), trace=entry.trace, cluster=entry.cluster)
             if log is not None:
                 spec = replay_cli.logged(spec, log / entry.folder / f"{name}.eventlog.gz")
-            specs.append(trace_cli.traced(spec, trace_filter))
+            specs.append(trace_cli.traced(spec, trace_filter, replay_failures))
         per_entry.append(specs)
     prepared = []
     for entry, specs in zip(entries, per_entry, strict=True):

@@ -139,6 +139,9 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
                         "(default 0)")
     s.add_argument("--tenants", help="scheduler: tenants file (TOML or JSON): weight, "
                                      "max_gpus, max_queued per tenant (default: no limits)")
+    s.add_argument("--forecast-every", type=float, default=60.0, metavar="S",
+                   help="scheduler: forecast waiting jobs' starts (loom status) at most every "
+                        "S seconds; negative: never (default 60)")
     s.add_argument("--prometheus-port", type=int,
                    help="metrics: serve Prometheus /metrics on PORT")
     s.add_argument("--prometheus-addr", default="127.0.0.1",

@@ -89,7 +89,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         liveness=liveness_config(args), job_user=args.job_user,
                         retry=retry_policy(args),
                         tenants=load_tenants(args.tenants) if args.tenants else None,
-                        replica=args.replica, lease_s=args.lease_s, renew_s=args.renew_s)
+                        replica=args.replica, lease_s=args.lease_s, renew_s=args.renew_s,
+                        forecast_every_s=args.forecast_every if args.forecast_every >= 0
+                        else None)
     return asyncio.run(serve(opts))
 
 

@@ -151,7 +151,8 @@ def _count(value: object) -> int:
 
 def outcome_line(summary: Mapping[str, object]) -> str:
     """Every job's outcome in one line: "60 jobs: 30 finished, 30 rejected (30 too large for
-    the cluster), 0 unfinished"; the reasons come from the summary's `rejected_by`."""
+    the cluster), 0 unfinished"; the reasons come from the summary's `rejected_by`, and a run
+    that replayed a trace's failures says how many."""
     jobs, finished = _count(summary.get("jobs")), _count(summary.get("finished"))
     rejected, unfinished = _count(summary.get("rejected")), _count(summary.get("unfinished"))
     text = f"{jobs:,} jobs: {finished:,} finished, {rejected:,} rejected"
@@ -165,7 +166,26 @@ def outcome_line(summary: Mapping[str, object]) -> str:
     other = jobs - finished - rejected - unfinished
     if other > 0:
         text += f", {other:,} failed"
+    replayed = _count(summary.get("failures_replayed"))
+    if replayed:  # a run replaying a trace's failures (--replay-failures)
+        text += f"; {replayed:,} recorded failures replayed"
     return text
+
+
+def forecast_line(summary: Mapping[str, object]) -> str | None:
+    """How far a run's start forecasts were from the starts (`loom sim --forecast-every`), in
+    one line; None for a run without scored forecasts."""
+    e = summary.get("forecast_error_s")
+    if not isinstance(e, Mapping) or not _count(e.get("forecasts")):
+        return None
+
+    def s(key: str) -> str:
+        value = e.get(key)
+        return f"{value:,.0f} s" if isinstance(value, int | float) else "-"
+
+    return (f"start forecasts: |forecast - start| median {s('median')}, p90 {s('p90')} over "
+            f"{_count(e.get('forecasts')):,} forecasts of {_count(e.get('jobs')):,} jobs (the "
+            f"first of each wait: median {s('first_median')}, p90 {s('first_p90')})")
 
 
 def incomplete(summary: Mapping[str, object]) -> bool:

@@ -57,6 +57,7 @@ class RunSpec:
     gpu_type: str | None = None  # A100 | T4: make deadline-trace jobs elastic from its table
     tenants: str | None = None  # tenants file (quotas, fair share); None: no limits
     measured: str | None = None  # a `loom profile` folder: measured speeds (and overheads)
+    forecast_every_s: float | None = None  # start forecasts at most every S s (None: none)
 
     def validate(self) -> None:
         """Fail before any work starts: unknown policy, unreadable trace or cluster."""
@@ -102,6 +103,7 @@ class RunSpec:
             profile=trace.profile,
             stop_after=None if self.stop_after is None else frozenset(self.stop_after),
             tenants=None if self.tenants is None else load_tenants(self.tenants),
+            forecast_every_s=self.forecast_every_s,
         )
 
 

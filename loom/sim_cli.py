@@ -13,11 +13,11 @@ from rich.markup import escape
 
 from domain.placement import SCHEMES
 from loom import compare_traces, trace_cli
-from loom.cli_common import out, overhead, positive, slug
+from loom.cli_common import non_negative, out, overhead, positive, slug
 from loom.plots import jct_cdf
 from loom.progress import check_memory, run_reported
 from loom.replay import commands as replay_cli
-from loom.report import incomplete, outcome_line, results_table, write_run
+from loom.report import forecast_line, incomplete, outcome_line, results_table, write_run
 from loom.runs import RunSpec, compare
 from loom.simulate import SimResult
 from schemas.cluster import LIMITS_TEXT
@@ -67,9 +67,16 @@ def _add_run_options(p: argparse.ArgumentParser, several: bool = False) -> None:
                         "simulators' first-fit re-pack, for compatibility runs")
     p.add_argument("--seed", type=int, default=0, help="seed for any randomness (default 0)")
     p.add_argument("--tenants", help="tenants file (TOML or JSON): weight, max_gpus, "
-                                     "max_queued per tenant (default: no limits)")
+                                     "max_queued per tenant; queues and cohorts with quotas, "
+                                     "borrowing and reclaim (docs/queues.md) (default: no "
+                                     "limits)")
+    p.add_argument("--forecast-every", type=non_negative, metavar="S",
+                   help="forecast waiting jobs' start times at most every S seconds of "
+                        "cluster time (0: after every cycle) and put their error in the "
+                        "summary (forecast_error_s); decisions are unchanged (default: none)")
     p.add_argument("--log-level", default="warning", help="service log level (default warning)")
     trace_cli.add_filter_option(p)
+    trace_cli.add_replay_option(p)
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any job was rejected or left unfinished (default: only "
                         "service errors fail the run)")
@@ -136,6 +143,7 @@ def _spec(args: argparse.Namespace, policy: str) -> RunSpec:
         placement=args.placement, seed=args.seed,
         log_level=args.log_level, gpus_per_server=args.gpus_per_server,
         throughputs=args.throughputs, tenants=args.tenants, measured=args.measured,
+        forecast_every_s=args.forecast_every,
     )
 
 
@@ -151,7 +159,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     spec = _spec(args, args.policy)
     if args.log is not None:
         spec = replay_cli.logged(spec, args.log)
-    spec = trace_cli.traced(spec, args.trace_filter)
+    spec = trace_cli.traced(spec, args.trace_filter, args.replay_failures)
     spec.validate()
     trace_cli.print_note(trace_cli.loaded(spec))
     dest = args.out or Path("runs") / f"{slug(Path(args.trace).name)}-{args.policy}"
@@ -174,6 +182,9 @@ def _print_outcomes(summaries: list[dict[str, object]], label: bool) -> None:
         who = f"{escape(str(s['policy']))}: " if label else ""
         line = who + escape(outcome_line(s))
         out.print(f"[yellow]{line}[/yellow]" if incomplete(s) else line, highlight=False)
+        forecasts = forecast_line(s)
+        if forecasts is not None:
+            out.print(who + escape(forecasts), highlight=False)
         rejected = s.get("rejected")
         if isinstance(rejected, int) and rejected:
             out.print(f"[yellow]warning:[/yellow] {who}{rejected:,} of {s['jobs']:,} jobs were "
@@ -205,7 +216,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     specs = [_spec(args, name) for name in names]
     if args.log is not None:
         specs = [replay_cli.logged(s, args.log / f"{s.policy}.eventlog.gz") for s in specs]
-    specs = [trace_cli.traced(s, args.trace_filter) for s in specs]
+    specs = [trace_cli.traced(s, args.trace_filter, args.replay_failures) for s in specs]
     for s in specs:
         s.validate()
     trace_cli.print_note(trace_cli.loaded(specs[0]))
@@ -235,7 +246,7 @@ def _compare_traces(args: argparse.Namespace, names: list[str]) -> int:
     """`loom compare --traces`: every policy on every trace (loom.compare_traces)."""
     entries = compare_traces.parse_traces(args.traces, args.cluster)
     prepared = compare_traces.prepare(entries, names, lambda name: _spec(args, name),
-                                      args.log, args.trace_filter)
+                                      args.log, args.trace_filter, args.replay_failures)
     for p in prepared:
         if p.note is not None:
             out.print(escape(p.note), highlight=False)

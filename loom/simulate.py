@@ -55,6 +55,9 @@ class SimConfig:
     log: Path | None = None  # write the run's event log here (see loom.eventlog)
     tenants: TenantsConfig | None = None  # quotas and fair share; None: no limits
     job_count: int | None = None  # how many `jobs` stream in, where known (for progress)
+    # Forecast waiting jobs' starts at most every S seconds and score them (summary's
+    # `forecast_error_s`); None: no forecasts (they never change a decision or the digest).
+    forecast_every_s: float | None = None
 
     @property
     def total_jobs(self) -> int:
@@ -84,7 +87,8 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
     scheduler = build_scheduler(cfg.policy, cfg.cluster, round_s=cfg.round_s,
                                 overhead=cfg.overhead, placement=cfg.placement, seed=cfg.seed,
                                 profile=cfg.profile, free_at_once=cfg.free_at_once,
-                                tenants=cfg.tenants)
+                                tenants=cfg.tenants, replays_failures=True,
+                                forecast_every_s=cfg.forecast_every_s)
     overhead, replan = scheduler.config.overhead, scheduler.config.replan
 
     kernel = SimKernel()
@@ -106,11 +110,11 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
         total = cfg.total_jobs
 
         def tick() -> None:
+            done = metrics.finished + metrics.failed + metrics.rejected  # jobs that have left
             if progress is not None:
-                progress(metrics.finished + metrics.rejected, total, kernel.now)
+                progress(done, total, kernel.now)
             if on_progress is not None:
-                on_progress(metrics.finished + metrics.rejected, total, kernel.now,
-                            bus.stats.published, len(metrics.jobs))
+                on_progress(done, total, kernel.now, bus.stats.published, len(metrics.jobs))
 
         stop = None
         if cfg.stop_after is not None:

@@ -37,6 +37,23 @@ def _eta(row: Row) -> float:
     return float("inf") if eta is None else float(eta)
 
 
+def _start(row: Row) -> float:
+    start = row.get("forecast_start_s")  # absent from schedulers before forecasts
+    return float("inf") if start is None else float(start)
+
+
+def until(seconds: float) -> str:
+    """How long until a time `seconds` away, for people: 45 s, 12m, 3h07m, 2d04h."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 # --sort key -> (row key, descending?); "submit" keeps the scheduler's order (submission).
 SORTS: dict[str, tuple[Callable[[Row], Any], bool]] = {
     "submit": (lambda r: 0, False),
@@ -47,6 +64,7 @@ SORTS: dict[str, tuple[Callable[[Row], Any], bool]] = {
     "gpus": (lambda r: r["gpus"], True),
     "progress": (_progress, True),
     "eta": (_eta, False),
+    "start": (_start, False),
     "queue": (_position, False),
 }
 
@@ -85,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sort", choices=tuple(SORTS), default="submit",
                         help="order of the rows: submit (the scheduler's, default), job, "
                              "state, tenant, gpus (most first), progress (most first), eta, "
-                             "queue (position)")
+                             "queue (position), start (forecast start)")
     parser.add_argument("--limit", type=limit_arg, metavar="N",
                         help="show at most N jobs (the table's title says how many matched)")
 
@@ -136,12 +154,18 @@ def status_table(state: dict[str, Any], rows: Sequence[Row], matched: int) -> Ta
     table = Table(title=f"{shown} · policy {state['policy']} · cycle {state['cycle']} · "
                         f"t={now:,.0f} s", caption=Text("\n".join(nodes)) if nodes else None,
                   caption_justify="left")
-    for col in ("job", "tenant", "model", "state", "GPUs", "progress", "ETA", "pos", "reason"):
-        table.add_column(col, justify="right" if col in ("GPUs", "progress", "ETA", "pos")
-                         else "left")
+    right = ("GPUs", "progress", "ETA", "starts in", "pos")
+    for col in ("job", "tenant", "model", "state", "GPUs", "progress", "ETA", "starts in",
+                "pos", "reason"):
+        table.add_column(col, justify="right" if col in right else "left")
     for j in rows:
         eta = "" if j["eta"] is None else f"{j['eta'] - now:,.0f} s"
+        # A waiting job's forecast start (the scheduler's own cycles played forward with no
+        # new arrivals); "?" where forecasts are on but it starts beyond their horizon.
+        start = j.get("forecast_start_s")
+        starts = until(start - now) if start is not None else \
+            ("?" if j["state"] in STATE_GROUPS["waiting"] and state.get("forecast") else "")
         pos = "" if j["queue_position"] is None else str(j["queue_position"])
         table.add_row(j["job_id"], j["tenant"], j["model"], j["state"], str(j["gpus"]),
-                      f"{100 * _progress(j):.0f}%", eta, pos, j["reason"])
+                      f"{100 * _progress(j):.0f}%", eta, starts, pos, j["reason"])
     return table

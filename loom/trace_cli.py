@@ -1,10 +1,10 @@
-"""Production traces on the command line: `--trace-filter` for `loom sim`/`loom compare`,
-the one-line account of what a trace left out, `loom gen-tenants`, and their `loom traces`
-tables.
+"""Production traces on the command line: `--trace-filter` and `--replay-failures` for
+`loom sim`/`loom compare`, the one-line account of what a trace left out, `loom gen-tenants`,
+and their `loom traces` tables.
 
-`--trace-filter` rides on the run spec (`traced`): a RunSpec whose trace is read with the
-filter, and read once per command (`validate`, `config` and the note share it through a
-small cache), where a plain RunSpec reads it for each."""
+The trace options ride on the run spec (`traced`): a RunSpec whose trace is read with them,
+and read once per command (`validate`, `config` and the note share it through a small
+cache), where a plain RunSpec reads it for each."""
 
 from __future__ import annotations
 
@@ -30,25 +30,42 @@ FILTER_HELP = (f"keep some of the trace's jobs: {SYNTAX} (window in s, or with m
                "the first submission; see docs/traces/)")
 
 
+REPLAY_HELP = ("production traces: replay the failures they record instead of running each "
+               "job's recorded time to completion. Philly: a job fails at the end of each "
+               "attempt but the last and is restarted from there (past the retry budget, as "
+               "Philly retried it), and a Failed job's last run fails for good; Helios and "
+               "Acme FAILED jobs and PAI Failed tasks fail for good at their recorded time. "
+               "Failed jobs show as failed in summary.json and jobs.csv; see docs/traces/")
+
+
 def add_filter_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-filter", metavar="EXPR", help=FILTER_HELP)
 
 
+def add_replay_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--replay-failures", action="store_true", help=REPLAY_HELP)
+
+
 @functools.lru_cache(maxsize=4)
-def cached_trace(trace: str, throughputs: str | None, trace_filter: str | None) -> Trace:
+def cached_trace(trace: str, throughputs: str | None, trace_filter: str | None,
+                 replay_failures: bool = False) -> Trace:
     """The trace a run reads, loaded once per process (a run's checks and its run share it)."""
     table = load_throughputs(throughputs) if throughputs else None
-    return load_trace(trace, throughputs=table, trace_filter=trace_filter)
+    return load_trace(trace, throughputs=table, trace_filter=trace_filter,
+                      replay_failures=replay_failures)
 
 
 @dataclasses.dataclass(frozen=True)
 class TracedRunSpec(RunSpec):
-    """A run whose trace is read through `--trace-filter` (None: the whole trace)."""
+    """A run whose trace is read through `--trace-filter` (None: the whole trace), its
+    recorded failures replayed or not (`--replay-failures`)."""
 
     trace_filter: str | None = None
+    replay_failures: bool = False
 
     def _trace(self) -> Trace:
-        return cached_trace(self.trace, self.throughputs, self.trace_filter)
+        return cached_trace(self.trace, self.throughputs, self.trace_filter,
+                            self.replay_failures)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,33 +73,42 @@ class TracedLoggedRunSpec(LoggedRunSpec):
     """The same, for a run that also writes its event log (`--log`)."""
 
     trace_filter: str | None = None
+    replay_failures: bool = False
 
     def _trace(self) -> Trace:
-        return cached_trace(self.trace, self.throughputs, self.trace_filter)
+        return cached_trace(self.trace, self.throughputs, self.trace_filter,
+                            self.replay_failures)
 
 
-def traced(spec: RunSpec, trace_filter: str | None) -> RunSpec:
-    """`spec` reading its trace through `trace_filter`, once per process.
+_TRACE_OPTIONS = ("trace_filter", "replay_failures")
+
+
+def traced(spec: RunSpec, trace_filter: str | None, replay_failures: bool = False) -> RunSpec:
+    """`spec` reading its trace through `trace_filter` (and replaying its recorded failures),
+    once per process.
 
     A command calls this before it reads anything, so it also forgets the traces earlier
     commands in this process read (a file may have changed since)."""
     cached_trace.cache_clear()
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)
-              if f.name != "trace_filter"}
+              if f.name not in _TRACE_OPTIONS}
     if isinstance(spec, LoggedRunSpec):
-        return TracedLoggedRunSpec(**fields, trace_filter=trace_filter)
-    return TracedRunSpec(**fields, trace_filter=trace_filter)
+        return TracedLoggedRunSpec(**fields, trace_filter=trace_filter,
+                                   replay_failures=replay_failures)
+    return TracedRunSpec(**fields, trace_filter=trace_filter, replay_failures=replay_failures)
 
 
 def loaded(spec: RunSpec) -> Trace:
     """The trace `spec` runs (from the cache when `traced` made it)."""
-    return cached_trace(spec.trace, spec.throughputs, getattr(spec, "trace_filter", None))
+    return cached_trace(spec.trace, spec.throughputs, getattr(spec, "trace_filter", None),
+                        getattr(spec, "replay_failures", False))
 
 
 def trace_note(trace: Trace) -> str | None:
     """One line on what a production or filtered trace left out; None for a trace that read
     every row as a job."""
-    if not (trace.skipped or trace.filtered_out or trace.restarts or trace.trace_filter):
+    if not (trace.skipped or trace.filtered_out or trace.restarts or trace.trace_filter
+            or trace.replay_failures):
         return None
     parts = [f"{trace.job_count:,} jobs"]
     never = sum(trace.skipped.values())
@@ -92,7 +118,9 @@ def trace_note(trace: Trace) -> str | None:
     if trace.trace_filter is not None:
         parts.append(f"{trace.filtered_out:,} outside --trace-filter "
                      f"{trace.trace_filter.text!r}")
-    if trace.restarts:
+    if trace.replay_failures:
+        parts.append(f"{trace.failures:,} recorded failures to replay")
+    elif trace.restarts:
         parts.append(f"{trace.restarts:,} restarts counted, not replayed")
     return f"trace {trace.name} ({trace.format}): " + "; ".join(parts)
 
@@ -114,6 +142,7 @@ def annotate(summary: dict[str, object], trace: Trace) -> None:
     summary["trace_filter"] = None if trace.trace_filter is None else trace.trace_filter.text
     summary["trace_filtered_out"] = trace.filtered_out
     summary["trace_restarts"] = trace.restarts
+    summary["trace_replay_failures"] = trace.replay_failures
 
 
 def formats_table() -> Table:

@@ -47,14 +47,19 @@ class JobView(NamedTuple):
     attained_s: float  # seconds it has held GPUs (Tiresias' "executed time")
     preemptions: int
     allocated: int  # GPUs it holds now (an elastic job may hold other than `gpus`); 0 waiting
+    # When its current run began (started, resumed or moved), which is when it last restored
+    # a checkpoint: the scheduler hears of no periodic checkpoints. None while it waits.
+    run_since: float | None = None
 
     @classmethod
     def make(cls, spec: JobSpec, running: bool, iterations_done: float, attained_s: float,
-             preemptions: int = 0, allocated: int | None = None) -> JobView:
+             preemptions: int = 0, allocated: int | None = None,
+             run_since: float | None = None) -> JobView:
         remaining = max(spec.iterations - iterations_done, 0.0)
         held = (spec.gpus if running else 0) if allocated is None else allocated
         return cls(spec, spec.job_id, spec.gpus, running, iterations_done, remaining,
-                   remaining * spec.iteration_time_s, attained_s, preemptions, held)
+                   remaining * spec.iteration_time_s, attained_s, preemptions, held,
+                   run_since if running else None)
 
     @property
     def attained_gpu_s(self) -> float:

@@ -19,7 +19,7 @@ CauseKind = Literal[
     "cancelled", "completed", "requeued", "retry", "failed", "recovered", "other",
 ]
 FaultKind = Literal["node-lost", "node-restarted", "launch-refused", "launch-timeout",
-                    "trainer-failed"]
+                    "trainer-failed", "recorded-failure"]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 _PLAIN: frozenset[str] = frozenset(get_args(CauseKind)) - {"other"}
 
@@ -27,6 +27,9 @@ _PLAIN: frozenset[str] = frozenset(get_args(CauseKind)) - {"other"}
 # refusal, the scheduler's launch deadline); anything else is the trainer's own failure.
 LAUNCH_REFUSED = "launch refused on "
 LAUNCH_TIMED_OUT = "not started on node "
+# What a simulated node agent writes when it replays a failure a production trace records
+# (a job's `fail_at`): not a fault of the cluster, the trace's own history.
+RECORDED_FAILURE = "recorded failure: "
 
 
 class Cause(BaseModel):
@@ -60,9 +63,11 @@ class Cause(BaseModel):
 
 def failure_fault(failure: str) -> FaultKind:
     """The fault a failed run's reason records: a launch its node refused, one never shown
-    started, or the trainer's own failure."""
+    started, a failure the trace records (replayed), or the trainer's own failure."""
     if LAUNCH_REFUSED in failure:
         return "launch-refused"
     if LAUNCH_TIMED_OUT in failure:
         return "launch-timeout"
+    if RECORDED_FAILURE in failure:
+        return "recorded-failure"
     return "trainer-failed"

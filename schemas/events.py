@@ -74,6 +74,20 @@ class CycleStarted(_Body):
     trigger: str
 
 
+class StartForecast(_Body):
+    """When the scheduler expects waiting jobs to start (`loom.sched.forecast`): its own
+    cycles played forward from `at` with no new arrivals (services.scheduler.forecast).
+    Job id → expected start (cluster time), or None: not within the forecast's horizon. A
+    forecast of many jobs comes in `parts` messages, `part` 0, 1, ... An observation, not a
+    decision: the decision digest and replay leave it out."""
+
+    at: float
+    cycle: int = Field(ge=0)
+    starts: dict[str, float | None] = Field(default_factory=dict)
+    part: int = Field(default=0, ge=0)
+    parts: int = Field(default=1, ge=1)
+
+
 class NodeStatus(_Body):
     """Progress of the jobs a node leads: job id → iterations done."""
 
@@ -94,8 +108,10 @@ class Launch(_Body):
 
 
 # Reasons of the out-of-cycle stops (NodeCommand cycle -1). Only the first says the job is
-# done: a node agent then never starts it again. A reconcile stop ends one stale run.
+# done: a node agent then never starts it again. A gang whose leader's run failed may run
+# again (a retry), and a reconcile stop ends one stale run.
 STOP_GANG_FINISHED = "finished"
+STOP_GANG_FAILED = "failed: its leader's run failed"
 STOP_RECONCILE = "reconcile: not placed here"
 
 
@@ -273,6 +289,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "loom.job.transition.v1": JobTransitionV1,
     "loom.job.transition.v2": JobTransition,
     "loom.cycle.started.v1": CycleStarted,
+    "loom.forecast.start.v1": StartForecast,
     "loom.node.status.v1": NodeStatus,
     "loom.plan.decided.v1": PlanDecided,
     "loom.node.command.v1": NodeCommand,

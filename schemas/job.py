@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import re
 from typing import Annotated
@@ -31,6 +32,7 @@ MAX_STAGES = 16
 MAX_GPU_TYPES = 64
 MAX_PROFILE_POINTS = 4096  # epochs of a goodput profile; entries of a scaling table
 MAX_BATCH_SIZES = 256
+MAX_FAIL_MARKS = 4096  # recorded failures of one job (a production trace's failed attempts)
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:\-/]+$"
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)]
@@ -135,6 +137,12 @@ class _JobFields(BaseModel):
     throughput tables); a scheduler may then give it any of those counts within
     [`min_gpus`, `max_gpus`]. A job with a `goodput` profile (Pollux's workloads) progresses
     in statistical units at a speed that depends on its GPUs, nodes, batch size and epoch.
+
+    `fail_at` replays the failures a production trace records (`loom sim --replay-failures`):
+    the progress marks (iterations done) at which the job's trainer fails on its own, strictly
+    increasing, each in (0, `iterations`]. The job is retried from an earlier mark (the trace
+    restarted it) and fails for good at a mark equal to `iterations`. Only simulated node
+    agents can make a trainer fail on cue, so a live cluster refuses such a job.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -166,6 +174,10 @@ class _JobFields(BaseModel):
     env: dict[EnvName, EnvValue] | None = Field(default=None, max_length=MAX_ENV)
     cwd: str | None = Field(default=None, min_length=1, max_length=MAX_ARG)
     progress_regex: str | None = Field(default=None, min_length=1, max_length=512)
+    # Not empty (checked below: a min_length here adds a second, misleading error to any
+    # bad mark's).
+    fail_at: tuple[Annotated[float, Field(gt=0, allow_inf_nan=False)], ...] | None = Field(
+        default=None, max_length=MAX_FAIL_MARKS)
 
     @model_validator(mode="after")
     def _check_command(self) -> _JobFields:
@@ -209,6 +221,8 @@ class _JobFields(BaseModel):
                 raise ValueError(f"throughputs must be finite and >= 0 (GPU types {bad})")
             if not any(v > 0 for v in self.throughputs.values()):
                 raise ValueError("throughputs: the job cannot run on any GPU type")
+        if self.fail_at is not None:
+            _check_fail_at(self.fail_at, self.iterations)
         return self
 
     @property
@@ -235,6 +249,20 @@ class _JobFields(BaseModel):
         if rate is None:
             return self.iteration_time_s  # unprofiled type: the trace's own iteration time
         return 1.0 / rate if rate > 0 else math.inf
+
+
+def _check_fail_at(marks: tuple[float, ...], iterations: int) -> None:
+    """Marks a run can reach in order: each later than the one before, none past the end."""
+    if not marks:
+        raise ValueError("fail_at needs at least one mark (leave it out for a job that "
+                         "does not fail)")
+    for before, after in itertools.pairwise(marks):
+        if after <= before:
+            raise ValueError(f"fail_at must be strictly increasing ({after:g} follows "
+                             f"{before:g})")
+    if marks[-1] > iterations:
+        raise ValueError(f"fail_at: mark {marks[-1]:g} is past the job's iterations "
+                         f"({iterations}); each mark is in (0, iterations]")
 
 
 class JobSpec(_JobFields):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 
 class StatusCode(enum.StrEnum):
@@ -28,6 +29,18 @@ class StatusCode(enum.StrEnum):
     # Rejected: its tenant already has `max_queued` waiting jobs, or it needs more GPUs than
     # its tenant may hold (`max_gpus`).
     REJECTED_BY_QUOTA = "rejected_by_quota"
+    # Queues (docs/queues.md): waiting, its queue is at its nominal quota and in no cohort.
+    WAITING_FOR_QUEUE_QUOTA = "waiting_for_queue_quota"
+    # Waiting: its queue would borrow, but its cohort has no idle quota to lend it.
+    WAITING_FOR_QUOTA_IN_COHORT = "waiting_for_quota_in_cohort"
+    # Waiting: its queue would go past its borrowing limit.
+    BORROWING_LIMIT = "borrowing_limit"
+    # Waiting: the cohort has idle quota, but lending limits keep it from borrowers.
+    LENDING_LIMIT = "lending_limit"
+    # Waiting: within its queue's nominal quota, which is lent out; being taken back.
+    WAITING_FOR_RECLAIM = "waiting_for_reclaim"
+    # Preempted: a lender took back the quota its queue had borrowed (the reason names it).
+    RECLAIMED_BY_QUEUE = "reclaimed_by_queue"
     # Waiting: an operator suspended it (`loom suspend`); `loom resume` gives it back.
     SUSPENDED = "suspended"
     FINISHED = "finished"
@@ -42,6 +55,18 @@ class Status(BaseModel):
     reason: str
     decided_by: str
     queue_position: int | None = None
+    # When a waiting job should start (cluster time), as the scheduler's latest forecast has
+    # it (services.scheduler.forecast); None: no forecast, or not within its horizon. Left
+    # out of a dump while None, so every message without a forecast (every transition's
+    # status) is byte for byte what it was, and readers that predate the field still read it.
+    forecast_start_s: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("forecast_start_s", 0.0) is None:
+            del data["forecast_start_s"]
+        return data
 
     def __str__(self) -> str:
         pos = "" if self.queue_position is None else f" (queue position {self.queue_position})"

@@ -23,6 +23,7 @@ JOB_SUBMIT = "loom.jobs.submit"  # accepts msgpack envelopes and plain JSON (peo
 JOB_TRANSITION = "loom.jobs.transition"
 CYCLE_STARTED = "loom.sched.cycle"
 PLAN_DECIDED = "loom.sched.plan"
+START_FORECAST = "loom.sched.forecast"  # expected starts of waiting jobs (observations)
 OPERATOR = "loom.ops.command"  # cancel, suspend, resume, drain, set-policy (in the log)
 DEADLETTER_PREFIX = "loom.deadletter"
 DEADLETTER_SUBJECTS = (f"{DEADLETTER_PREFIX}.>",)

@@ -31,7 +31,8 @@ class JobStream:
     """
 
     def __init__(self, fmt: StreamFormat, path: Path, origin: float, shift: float, count: int,
-                 candidates: int, keep: bytearray | None, rank: array[int] | None) -> None:
+                 candidates: int, keep: bytearray | None, rank: array[int] | None,
+                 replay_failures: bool = False) -> None:
         self.fmt = fmt
         self.path = path
         self.origin = origin
@@ -40,6 +41,7 @@ class JobStream:
         self.candidates = candidates
         self.keep = keep
         self.rank = rank
+        self.replay_failures = replay_failures
 
     def __len__(self) -> int:
         return self.count
@@ -55,7 +57,7 @@ class JobStream:
             k += 1
             if k >= self.candidates or (keep is not None and not keep[k]):
                 continue
-            job = _build(item, max(0.0, item.submit - origin - shift))
+            job = _build(item, max(0.0, item.submit - origin - shift), self.replay_failures)
             if rank is None:
                 yield job
                 continue
@@ -87,7 +89,9 @@ class Trace:
     yields them one at a time, in order, while `jobs` builds them all (about 1.7 kB each).
     Its recorded jobs that never ran are counted in `skipped` (reason -> count), those the
     filter left out in `filtered_out`, the restarts of the kept jobs in `restarts` (Philly),
-    and `assumptions` says how recorded jobs became simulated ones, for reports.
+    and `assumptions` says how recorded jobs became simulated ones, for reports. With
+    `replay_failures` its jobs carry the failures it records (`JobSpec.fail_at`), `failures`
+    of them among the kept jobs (counted either way).
     """
 
     name: str
@@ -101,6 +105,8 @@ class Trace:
     restarts: int = 0
     assumptions: tuple[str, ...] = ()
     trace_filter: TraceFilter | None = None
+    replay_failures: bool = False
+    failures: int = 0
 
     @property
     def job_count(self) -> int:
@@ -121,6 +127,7 @@ def load_trace(
     *,
     throughputs: ThroughputTable | None = None,
     trace_filter: TraceFilter | str | None = None,
+    replay_failures: bool = False,
 ) -> Trace:
     """Load a bundled trace (e.g. "muri/trace1", see `bundled_traces()`), a CSV file, a
     Gavel trace (tab-separated, no header) or a production trace (Philly's `cluster_job_log`,
@@ -129,15 +136,19 @@ def load_trace(
     The format is recognised from the content, not the file name. Gavel traces get their
     speeds from `throughputs` (default: Gavel's simulation profile); other formats ignore it.
     `trace_filter` (an expression, see `traces.filters`) keeps some of the jobs.
+    `replay_failures`: a production trace's jobs fail where it records failures (their
+    `fail_at`; see each reader) instead of running their recorded time and finishing.
     Raises TraceError (with file, line and column) for an unknown name or header, a malformed
-    row or a duplicate job id, and FilterError for a bad filter expression.
+    row, a duplicate job id or failures to replay from a trace that records none, and
+    FilterError for a bad filter expression.
     """
     flt = parse_filter(trace_filter) if isinstance(trace_filter, str) else trace_filter
     name, path = resolve_trace(name_or_path)
     found = locate(path)
     if found is not None:
-        return _load_stream(name, found[1], found[0], flt)
+        return _load_stream(name, found[1], found[0], flt, replay_failures)
     layout = gavel.detect(path)
+    assumptions: tuple[str, ...] = ()
     if layout is not None:
         profile = throughputs if throughputs is not None else _default_throughputs()
         parsed = gavel.read(path, layout, profile)
@@ -148,6 +159,10 @@ def load_trace(
         fmt = detect(csv_table)
         parsed = fmt.read(csv_table)
         fmt_name, overhead = fmt.name, fmt.default_overhead
+        assumptions = fmt.assumptions
+    if replay_failures:
+        raise TraceError(path, None, None, f"the {fmt_name} format records no failures to "
+                                           "replay; drop --replay-failures")
     _check_unique_ids(path, parsed)
     parsed.sort(key=lambda item: item[1].submit_time_s)  # list.sort is stable
     jobs = tuple(job for _, job in parsed)
@@ -164,6 +179,7 @@ def load_trace(
         default_overhead=overhead,
         profile=profile,
         filtered_out=filtered_out,
+        assumptions=assumptions,
         trace_filter=flt,
     )
 
@@ -185,13 +201,16 @@ def _filtered(path: Path, fmt_name: str, jobs: tuple[JobSpec, ...],
         "deadline_s": None if j.deadline_s is None else j.deadline_s - back}) for j in kept)
 
 
-def _build(item: Candidate, submit_s: float) -> JobSpec:
+def _build(item: Candidate, submit_s: float, replay_failures: bool) -> JobSpec:
     fields = item.fields
     fields["submit_time_s"] = submit_s
+    if replay_failures and item.fail_at:
+        fields["fail_at"] = item.fail_at
     return validated(item.where, item.columns, lambda: JobSpec.model_validate(fields))
 
 
-def _load_stream(name: str, path: Path, fmt: StreamFormat, flt: TraceFilter | None) -> Trace:
+def _load_stream(name: str, path: Path, fmt: StreamFormat, flt: TraceFilter | None,
+                 replay_failures: bool) -> Trace:
     """Read a production trace once: check every record, count the jobs that never ran, and
     keep per job only what filtering and ordering need (a few numbers)."""
     if flt is not None and flt.states is not None and not fmt.has_states:
@@ -200,6 +219,7 @@ def _load_stream(name: str, path: Path, fmt: StreamFormat, flt: TraceFilter | No
     skipped: dict[str, int] = {}
     submits: array[float] = array("d")
     restarts: array[int] = array("l")
+    failures: array[int] = array("l")
     gpus: array[int] = array("l")
     tenant_of: array[int] = array("l")
     state_of: array[int] = array("l")
@@ -210,12 +230,13 @@ def _load_stream(name: str, path: Path, fmt: StreamFormat, flt: TraceFilter | No
         if isinstance(item, str):
             skipped[item] = skipped.get(item, 0) + 1
             continue
-        job = _build(item, 0.0)
+        job = _build(item, 0.0, replay_failures)
         if job.job_id in ids:
             raise _duplicate(fmt, path, item, job.job_id)
         ids.add(job.job_id)
         submits.append(item.submit)
         restarts.append(item.restarts)
+        failures.append(len(item.fail_at))
         if flt is not None:
             gpus.append(job.gpus)
             tenant_of.append(tenants.setdefault(job.tenant, len(tenants)))
@@ -236,8 +257,9 @@ def _load_stream(name: str, path: Path, fmt: StreamFormat, flt: TraceFilter | No
     in_order = all(map(operator.le, kept, islice(kept, 1, None)))
     rank = None if in_order else _ranks(submits, keep)
     total_restarts = sum(compress(restarts, keep) if keep is not None else restarts)
+    total_failures = sum(compress(failures, keep) if keep is not None else failures)
     stream = JobStream(fmt, path, origin, flt.shift_s if flt else 0.0, count, candidates,
-                       keep, rank)
+                       keep, rank, replay_failures)
     return Trace(
         name=name,
         path=path,
@@ -247,8 +269,10 @@ def _load_stream(name: str, path: Path, fmt: StreamFormat, flt: TraceFilter | No
         skipped=dict(sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0]))),
         filtered_out=candidates - count,
         restarts=total_restarts,
-        assumptions=fmt.assumptions,
+        assumptions=fmt.assumptions_for(replay_failures),
         trace_filter=flt,
+        replay_failures=replay_failures,
+        failures=total_failures,
     )
 
 

@@ -48,7 +48,9 @@ def fresh_cores(log: EventLog) -> list[Core]:
             cores.append(build_scheduler(run.policy, cluster, round_s=run.round_s,
                                          overhead=run.overhead, placement=run.placement,
                                          seed=run.seed, profile=profile_of(log),
-                                         free_at_once=run.free_at_once))
+                                         free_at_once=run.free_at_once,
+                                         # A simulated run's nodes replayed recorded failures.
+                                         replays_failures=log.source == "sim"))
         except (ValueError, policies.UnknownPolicy) as exc:  # the header's values, refused
             raise EventLogError(log.path, 0, f"header: {exc}") from None
     cores.append(PlacerCore(cluster))

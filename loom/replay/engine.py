@@ -12,6 +12,9 @@ timer (a policy wake-up) due at an input's instant fires first if it was set bef
 was recorded. A timer that fires without publishing leaves no trace in the log, so this is the
 one place replay reconstructs rather than reads the order.
 
+Start forecasts (`loom.sched.forecast`) are not decisions: they change nothing, and replay
+skips them, so a log recorded with forecasts on replays with them off.
+
 Sim logs are compared exactly. Live logs are compared structurally (floats, i.e. times and
 progress estimates, are left out, and so is a dead letter's payload: `_structure`): a live core
 read the wall clock when a message arrived, which the log does not hold, so an input is fed at
@@ -42,6 +45,7 @@ from schemas.events import (
     JobTransition,
     JobTransitionV1,
     PlanDecided,
+    StartForecast,
 )
 from services.metrics.core import plan_record, transition_record
 from services.runtime.bus import decode_any, fallback_id
@@ -392,6 +396,8 @@ def replay(log: EventLog, cores: list[Core], progress: ReplayProgress | None = N
         if env is not None and rec.subject in subjects.LEGACY_NODE_SUBJECTS:
             node = getattr(env.body, "node_id", None)
             rec = dataclasses.replace(rec, subject=subjects.current_subject(rec.subject, node))
+        if env is not None and type(env.body) is StartForecast:
+            continue  # an observation, not a decision: no core consumes it, none must make it
         producer = by_name.get(env.producer) if env is not None else None
         if env is not None and producer is not None:
             producer.fire_for_decision(rec)

@@ -30,15 +30,21 @@ the policy then drops still counts for that cycle: conservative, never over the 
 a refusal depends on the tenant, not only on the gang size, the gate tells the policy its
 fitter is not monotone. A co-located group (Muri, Gavel's packing) is reserved under one
 member's id, so its GPUs are charged to that member's tenant.
+
+A tenants file with queues adds the queue layer around this gate (`policies.mechanisms.queues`,
+docs/queues.md); the fair-share rule is then split per queue (`groups`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from domain.placement import Scheme
+from policies.mechanisms.quota import Book
+from policies.mechanisms.quota import submit_refusal as queue_refusal
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import Status, StatusCode
@@ -53,9 +59,13 @@ _EPS = 1e-9
 
 def submit_refusal(config: TenantsConfig, spec: JobSpec, waiting: int) -> str | None:
     """Why a submission is rejected by its tenant's quotas, or None: it already has
-    `max_queued` waiting jobs, or the job asks for more than its `max_gpus` (holding it would
-    keep it waiting for ever)."""
+    `max_queued` waiting jobs, or the job asks for more than its `max_gpus` or than its queue
+    may ever hold (holding it would keep it waiting for ever)."""
     limits = config.limits(spec.tenant)
+    if config.queues:
+        why = queue_refusal(Book.of(config), spec)
+        if why is not None:
+            return why
     if limits.max_gpus is not None and spec.gpus > limits.max_gpus:
         return (f"asks for {spec.gpus} GPUs; tenant {spec.tenant!r} may hold at most "
                 f"{limits.max_gpus} (max_gpus)")
@@ -69,7 +79,15 @@ def submit_refusal(config: TenantsConfig, spec: JobSpec, waiting: int) -> str | 
 class TenantGate:
     """The policy's fitter for one cycle, refusing what a tenant is not entitled to."""
 
-    def __init__(self, inner: Fitter, snap: Snapshot, config: TenantsConfig) -> None:
+    # Set by the queue layer (policies.mechanisms.queues); tenants alone reclaim nothing.
+    reclaimed: Mapping[str, str] = MappingProxyType({})  # victim job → the queue taking back
+    wakeup_at: float | None = None  # re-plan then: reclaim waits for a minimum runtime
+
+    def __init__(self, inner: Fitter, snap: Snapshot, config: TenantsConfig,
+                 groups: Mapping[str, str] | None = None,
+                 capacity: Mapping[str, float] | None = None) -> None:
+        """`groups` (tenant → group, with queues: its queue) splits fair share: tenants
+        share their group's `capacity` and are owed only against their own group."""
         self._inner = inner
         self._config = config
         self._specs = {jid: v.spec for jid, v in snap.jobs.items()}
@@ -91,7 +109,15 @@ class TenantGate:
         capped = {t: min(d, q) if (q := self.quota[t]) is not None else d
                   for t, d in demand.items()}
         weights = {t: self._config.limits(t).weight for t in demand}
-        self.shares = weighted_shares(snap.cluster.total_gpus, capped, weights)
+        self._group = groups or {}
+        if groups is None:
+            self.shares = weighted_shares(snap.cluster.total_gpus, capped, weights)
+        else:
+            self.shares = {}
+            for g in sorted({self._group.get(t, "") for t in demand}):
+                mine = {t: d for t, d in capped.items() if self._group.get(t, "") == g}
+                cap = (capacity or {}).get(g, snap.cluster.total_gpus)
+                self.shares |= weighted_shares(cap, mine, {t: weights[t] for t in mine})
         self.held: dict[str, Status] = {}  # refused this cycle, with why
         self._last_refusal: str | None = None
 
@@ -144,7 +170,7 @@ class TenantGate:
                           reason=f"tenant {tenant!r} holds {used} of its {cap} GPUs (max_gpus); "
                                  f"the job needs {extra} more")
         share = self.shares.get(tenant, 0.0)
-        if used + extra <= share + _EPS or not any(self.used.values()):
+        if used + extra <= share + _EPS or not self._busy(tenant):
             return None
         owed = self.owed(exclude=tenant)
         if not owed:
@@ -155,10 +181,20 @@ class TenantGate:
                              f"below theirs wait")
 
     def owed(self, exclude: str = "") -> list[str]:
-        """Tenants below their share with a job waiting, by name."""
+        """Tenants below their share with a job waiting, by name (with groups: those of
+        `exclude`'s group)."""
+        group = self._group.get(exclude, "")
         return [tenant for tenant in sorted(self._waiting)
                 if tenant != exclude and self._waiting[tenant] > 0
-                and self.used[tenant] < self.shares.get(tenant, 0.0) - _EPS]
+                and self.used[tenant] < self.shares.get(tenant, 0.0) - _EPS
+                and (not self._group or self._group.get(tenant, "") == group)]
+
+    def _busy(self, tenant: str) -> bool:
+        """Whether any job holds a GPU (with groups: in `tenant`'s group)."""
+        if not self._group:
+            return any(self.used.values())
+        group = self._group.get(tenant, "")
+        return any(n for t, n in self.used.items() if self._group.get(t, "") == group)
 
     def status_for(self, job_id: str, spec: JobSpec) -> Status | None:
         """Why the admission step holds a waiting job after this cycle, or None."""

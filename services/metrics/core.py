@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from domain.causes import RECLAIMED
 from schemas import subjects
-from schemas.events import Envelope, JobTransitionV1, NodeHeartbeat, PlanDecided
+from schemas.events import Envelope, JobTransitionV1, NodeHeartbeat, PlanDecided, StartForecast
 from schemas.job import JobState
+from services.metrics.forecasts import ForecastScores
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
 
@@ -32,7 +34,7 @@ class JobOutcome:
     state: JobState
     work_s: float = 0.0  # solo run time at the requested GPUs
     start_s: float | None = None
-    end_s: float | None = None
+    end_s: float | None = None  # when it finished, or failed
     preemptions: int = 0
     cause: str = ""
     contention: float | None = None  # average active jobs over its lifetime (≥ 1)
@@ -45,7 +47,10 @@ class JobOutcome:
 
     @property
     def jct_s(self) -> float | None:
-        return None if self.end_s is None else self.end_s - self.submit_s
+        """Submission to completion: a job that failed has none."""
+        if self.end_s is None or self.state is not JobState.FINISHED:
+            return None
+        return self.end_s - self.submit_s
 
     @property
     def queueing_s(self) -> float | None:
@@ -196,23 +201,30 @@ class MetricsCore(CoreDefaults):
         self._area_at_admit: dict[str, tuple[float, float]] = {}
         self.last_end = 0.0
         self.finished = 0
+        self.failed = 0
         self.rejected = 0
         # Why jobs were rejected: the admission status code (too large, invalid, quota, ...).
         self.rejected_by: Counter[str] = Counter()
         self.interleaved = 0  # launches onto GPUs shared with other jobs (Muri groups)
         self._held_since: dict[str, tuple[float, int]] = {}  # running job → (since, GPUs)
+        self.reclaims = 0  # preemptions by a queue taking back its quota (docs/queues.md)
+        self.reclaim_gpu_s = 0.0  # their GPUs × time since the run's last checkpoint
         self.awaited: set[str] = set()  # jobs a run waits for (Gavel's jobs_to_complete)
         self.heartbeats: dict[str, tuple[float, NodeHeartbeat]] = {}  # node → latest (live)
-        self.faults: Counter[str] = Counter()  # node-lost | node-restarted | trainer-failed
+        self.faults: Counter[str] = Counter()  # by schemas.causes.FaultKind
+        self.forecasts = ForecastScores()  # start forecasts against the starts that followed
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED),
-                Subscribe(subjects.NODE_HEARTBEAT))
+                Subscribe(subjects.NODE_HEARTBEAT), Subscribe(subjects.START_FORECAST))
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
         if isinstance(body, NodeHeartbeat):  # telemetry, not a decision: outside the digest
             self.heartbeats[body.node_id] = (env.occurred_at, body)
+            return []
+        if isinstance(body, StartForecast):  # an observation too: outside the digest
+            self.forecasts.forecast(body)
             return []
         self.decisions += 1
         if isinstance(body, JobTransitionV1):  # either version
@@ -289,6 +301,11 @@ class MetricsCore(CoreDefaults):
         if t.previous is JobState.RUNNING and t.job_id in self._held_since:
             since, held = self._held_since.pop(t.job_id)
             out.gpu_s += held * (at - since)
+            if t.state is JobState.PREEMPTED and t.why().text.startswith(RECLAIMED):
+                # A queue took its lent quota back: the run's work since its last checkpoint
+                # (its start: the scheduler hears of no other) is what the reclaim can cost.
+                self.reclaims += 1
+                self.reclaim_gpu_s += held * (at - since)
         if t.state is JobState.RUNNING:
             gpus = [(node, i) for node, idx in t.placement for i in idx]
             self._held_since[t.job_id] = (at, len(gpus) or out.gpus)
@@ -297,6 +314,7 @@ class MetricsCore(CoreDefaults):
                          at)
             if out.start_s is None:
                 out.start_s = at
+            self.forecasts.started(t.job_id, at)
         elif t.previous is JobState.RUNNING:
             self._occupy(t.job_id, None, at)
         if t.state is JobState.PREEMPTED:
@@ -305,6 +323,8 @@ class MetricsCore(CoreDefaults):
             fault = t.why().fault
             if fault is not None:
                 self.faults[fault] += 1
+        if t.state.terminal:
+            self.forecasts.dropped(t.job_id)
         if t.state.terminal and t.job_id in self._area_at_admit:
             admitted, area = self._area_at_admit.pop(t.job_id)
             now_area = self._contend(-1, at)
@@ -314,6 +334,12 @@ class MetricsCore(CoreDefaults):
             out.end_s = at
             self.finished += 1
             self.awaited.discard(t.job_id)
+            self.last_end = max(self.last_end, at)
+        elif t.state is JobState.FAILED:
+            # It left the cluster then: its GPU time counts in the run's span (makespan, util).
+            out.end_s = at
+            self.failed += 1
+            self.awaited.discard(t.job_id)  # it will not finish: nothing left to wait for
             self.last_end = max(self.last_end, at)
         if t.state is JobState.REJECTED:
             self.rejected += 1
@@ -337,6 +363,7 @@ class MetricsCore(CoreDefaults):
         return {
             "jobs": len(self.jobs),
             "finished": self.finished,
+            "failed": self.failed,
             "rejected": self.rejected,
             "rejected_by": dict(sorted(self.rejected_by.items())),
             "avg_jct_s": sum(jcts) / len(jcts) if jcts else None,
@@ -350,6 +377,14 @@ class MetricsCore(CoreDefaults):
             # Every wait, before the first start and after each preemption, over finished jobs.
             "avg_pending_s": sum(pending) / len(pending) if pending else None,
             "preemptions": sum(j.preemptions for j in self.jobs.values()),
+            # Of those, by queues reclaiming lent quota, and the GPU-hours of work they put at
+            # risk: each victim's GPUs × its run since its last checkpoint (taken as the run's
+            # start; Loom's trainer checkpoints on the stop, so an upper bound).
+            "reclaims": self.reclaims,
+            "reclaim_lost_gpu_h": self.reclaim_gpu_s / 3600.0,
+            # Failures a trace records that the run replayed (`loom sim --replay-failures`):
+            # restarts, and last runs that failed for good.
+            "failures_replayed": self.faults["recorded-failure"],
             "interleaved_launches": self.interleaved,
             "ftf_rho_mean": sum(rhos) / len(rhos) if rhos else None,
             "ftf_rho_max": max(rhos) if rhos else None,
@@ -368,6 +403,9 @@ class MetricsCore(CoreDefaults):
             "best_effort_avg_jct_s": sum(best_effort) / len(best_effort) if best_effort else None,
             "gpu_util": util,
             "tenants": self.tenants(span),
+            # |forecast - actual start| of the scheduler's start forecasts (None: none made;
+            # services.metrics.forecasts says which forecasts count).
+            "forecast_error_s": self.forecasts.summary(),
             "decision_digest": self.digest,
         }
 

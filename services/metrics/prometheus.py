@@ -33,6 +33,10 @@ DURATION_BUCKETS = (60.0, 180.0, 600.0, 1800.0, 3600.0, 3 * 3600.0, 10 * 3600.0,
                     3 * 86400.0, 7 * 86400.0)
 
 
+# Forecast errors run from exact (a simulation with no later arrivals) to days.
+FORECAST_BUCKETS = (1.0, 10.0, *DURATION_BUCKETS)
+
+
 def histogram(name: str, doc: str, values: Sequence[float],
               bounds: Sequence[float] = DURATION_BUCKETS) -> HistogramMetricFamily:
     ordered = sorted(values)
@@ -102,6 +106,12 @@ class MetricsCollector(Collector):
         yield CounterMetricFamily("loom_decisions_total",
                                   "Scheduler transitions and plans recorded",
                                   value=core.decisions)
+        # The scheduler's start forecasts (`forecast_every_s`), each scored by how far it was
+        # from its job's next start (services.metrics.forecasts); empty while they are off.
+        yield histogram("loom_start_forecast_error_seconds",
+                        "|forecast - actual start| of each start forecast made while a job "
+                        "waited, scored when it started", core.forecasts.errors,
+                        FORECAST_BUCKETS)
 
 
     def _health(self) -> Iterator[Any]:

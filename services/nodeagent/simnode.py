@@ -8,13 +8,19 @@ the other nodes of a gang just hold their GPUs. At each scheduling cycle the nod
 running job's interval (charging the model's per-event cost) and re-arms the job's completion
 timer: completion = now + remaining iterations × iteration time, as the Muri and Tiresias
 simulators predict it. When it stops a job it reports the progress the job had reached.
+
+A job that replays a trace's failures (`JobSpec.fail_at`) fails on cue: its timer is set to
+the earlier of its next unreached failure mark and its end, and at a mark the node reports the
+run failed there, a recorded failure (for good at a mark equal to its iterations).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from domain import causes
 from domain.overhead import OverheadModel, job_rates, progress_segments
 from domain.progress import RunProgress
 from schemas import subjects
@@ -44,13 +50,41 @@ class _Run:
     spec: JobSpec
     leader: bool
     progress: RunProgress
+    fail_at: float | None = None  # the recorded failure mark this run ends at (None: none)
 
     def advance(self, now: float, interrupted: bool) -> None:
         self.progress.advance(now, self.progress.per_event_s if interrupted else 0.0)
 
     def finish_timer(self, now: float) -> SetTimer:
-        return SetTimer(("finish", self.spec.job_id), self.progress.finish_at(now),
-                        PRIORITY_INPUT)
+        return SetTimer(("finish", self.spec.job_id),
+                        self.progress.finish_at(now, self.fail_at), PRIORITY_INPUT)
+
+    def done(self) -> float:
+        """Iterations done as of the last accounting. A run stopped at its failure mark
+        (float error, or a stop handled before the mark's timer at the same instant) reports
+        just short of it: it has not failed there yet, so its next run still does."""
+        done = self.spec.iterations - self.progress.remaining
+        if self.fail_at is not None and done >= self.fail_at:
+            return math.nextafter(self.fail_at, 0.0)
+        return done
+
+    def ended(self, node_id: str) -> JobFinished:
+        """What the node reports when the run's timer fires: completed, or its recorded
+        failure (for good at the end of the job: the trace's job failed, no retries)."""
+        spec = self.spec
+        if self.fail_at is None:
+            return JobFinished(job_id=spec.job_id, node_id=node_id,
+                               iterations_done=float(spec.iterations))
+        return JobFinished(job_id=spec.job_id, node_id=node_id, iterations_done=self.fail_at,
+                           failure=causes.recorded_failure(self.fail_at, spec.iterations),
+                           permanent=self.fail_at >= spec.iterations)
+
+
+def next_mark(spec: JobSpec, done: float) -> float | None:
+    """The first of the job's recorded failure marks a run from `done` has still to reach."""
+    if spec.fail_at is None:
+        return None
+    return next((mark for mark in spec.fail_at if mark > done), None)
 
 
 class SimNodeCore(CoreDefaults):
@@ -103,7 +137,8 @@ class SimNodeCore(CoreDefaults):
             if isinstance(body, JobFinished):
                 if body.node_id == node:
                     self._drop(body.job_id)
-                    self.gate.finish(body.job_id)
+                    if body.failure is None:  # a failed run's job may run here again
+                        self.gate.finish(body.job_id)
             elif any(subjects.matches(w, rec.subject) for w in wanted):
                 if isinstance(body, NodeCommand) and body.node_id != node:
                     continue
@@ -130,10 +165,10 @@ class SimNodeCore(CoreDefaults):
         run = self._drop(key[1])
         if run is None:
             raise KeyError(key)  # a finish timer outlives its run only by a bug
-        self.gate.finish(key[1])
-        return [Publish(self._on(subjects.FINISHED), JobFinished(
-            job_id=run.spec.job_id, node_id=self.node.node_id,
-            iterations_done=float(run.spec.iterations)))]
+        ended = run.ended(self.node.node_id)
+        if ended.failure is None:  # done for good; a recorded failure's job runs again
+            self.gate.finish(key[1])
+        return [Publish(self._on(subjects.FINISHED), ended)]
 
     def _drop(self, job_id: str) -> _Run | None:
         """Forget a run (stopped, finished): off this node and off the cycles' charge."""
@@ -156,7 +191,7 @@ class SimNodeCore(CoreDefaults):
             run = self._drop(stop.job_id)
             if run is not None and run.leader:
                 run.advance(now, interrupted=False)
-                stopped[stop.job_id] = run.spec.iterations - run.progress.remaining
+                stopped[stop.job_id] = run.done()
                 effects.append(CancelTimer(("finish", stop.job_id)))
         if stopped:
             effects.append(Publish(self._on(subjects.STATUS), NodeStatus(
@@ -187,7 +222,7 @@ class SimNodeCore(CoreDefaults):
             per_event_s=self.overhead.per_event(spec),
             segments=progress_segments(spec, launch.placement, launch.adaptive_batch,
                                        launch.iterations_done) if leader else None,
-        ))
+        ), fail_at=next_mark(spec, launch.iterations_done))
         self.jobs[spec.job_id] = run
         self._charge(spec.job_id, False)  # until its rates say otherwise
         return run

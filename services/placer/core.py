@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from schemas import subjects
 from schemas.cluster import ClusterSpec
 from schemas.events import (
+    STOP_GANG_FAILED,
     STOP_GANG_FINISHED,
     Envelope,
     GpuSlots,
@@ -178,7 +179,9 @@ class PlacerCore(CoreDefaults):
             self._hosts.pop(msg.job_id, None)
             if len(self._completed) > COMPLETED_MEMORY:
                 del self._completed[next(iter(self._completed))]
-        stop = Stop(job_id=msg.job_id, reason=STOP_GANG_FINISHED)
+        # A failed run's job may be retried, on these nodes too: not "finished" for them.
+        stop = Stop(job_id=msg.job_id,
+                    reason=STOP_GANG_FINISHED if msg.failure is None else STOP_GANG_FAILED)
         # The node that reported already stopped it; the other nodes of a gang must too.
         others = {node: [stop] for node, _ in slots if node != msg.node_id}
         return self._commands(-1, others, {}, self.term)

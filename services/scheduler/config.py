@@ -37,6 +37,15 @@ class SchedulerConfig:
     tenants: TenantsConfig | None = None
     # Job-size samples by name, for policies that rank by one (Tiresias-Gittins).
     load_job_sizes: Callable[[str], ArrayLike] = load_size_distribution
+    # Start-time forecasts of waiting jobs (`forecasting`): after a cycle at most every
+    # `forecast_every_s` seconds (published for metrics), and on a status request when the
+    # last is older; None: none. They never change a decision.
+    forecast_every_s: float | None = None
+    forecast_horizon_s: float = 30 * 86400.0  # jobs not started by then get no forecast
+    forecast_max_cycles: int = 20_000  # nor those not started within this many cycles
+    # Whether the node agents replay the failures a trace records (`JobSpec.fail_at`): a
+    # simulation's do; a live cluster's trainers cannot fail on cue, so it refuses such jobs.
+    replays_failures: bool = False
 
     def make_policy(self, name: str) -> Policy:
         """The policy `name`, set up for this run: at start and on `set-policy`."""
@@ -49,5 +58,9 @@ class SchedulerConfig:
             raise ValueError(f"replan must be 'event', 'round' or 'slot', not {self.replan!r}")
         if self.round_s <= 0:
             raise ValueError("round_s must be positive")
+        if self.forecast_every_s is not None and self.forecast_every_s < 0:
+            raise ValueError("forecast_every_s must be 0 or more (None: no forecasts)")
+        if self.forecast_horizon_s <= 0 or self.forecast_max_cycles < 1:
+            raise ValueError("forecast_horizon_s and forecast_max_cycles must be positive")
         if self.placement is not None and self.placement not in SCHEMES:
             raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(SCHEMES)}")

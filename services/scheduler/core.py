@@ -18,7 +18,7 @@ slots, which its simulator counts from the last event handled), chosen per run.
 What happens to jobs lives beside the core: the job table and its transitions (`jobs`),
 submissions (`intake`), node reports (`reports`), node and trainer faults (`faults`), operators'
 commands (`operators`), what people and tools ask (`queries`), rebuilding from the stream
-(`recovery`).
+(`recovery`), waiting jobs' start forecasts (`forecasting`, after a cycle when configured).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from types import MappingProxyType
 from typing import Any
 
 from domain import causes
-from domain.overhead import job_rates, progress_segments
 from domain.placement import CyclePlacement, Scheme
-from domain.progress import RunProgress
 from domain.topology import Topology
 from policies.base import JobView, Plan, Policy, Snapshot
 from policies.mechanisms.admission import TenantGate
+from policies.mechanisms.queue_layer import AdmissionStep
+from policies.mechanisms.queues import QueueGate
 from schemas import subjects
 from schemas.causes import Cause
 from schemas.cluster import ClusterSpec
@@ -51,7 +51,6 @@ from schemas.events import (
     OperatorCommand,
     PlanDecided,
     Stop,
-    gpu_count,
 )
 from schemas.job import JobState, SubmitJob
 from schemas.status import Status, StatusCode
@@ -65,8 +64,17 @@ from services.runtime.effects import (
     SetTimer,
 )
 from services.runtime.service import CoreDefaults, Recorded, Subscribe
-from services.scheduler import faults, intake, operators, queries, recovery, reports
+from services.scheduler import (
+    faults,
+    forecasting,
+    intake,
+    operators,
+    queries,
+    recovery,
+    reports,
+)
 from services.scheduler.config import SchedulerConfig
+from services.scheduler.estimate import launch_progress
 from services.scheduler.jobs import JobRecord, JobTable
 from services.scheduler.liveness import NodeFaults, launch_key, lost_key, retry_key
 
@@ -85,14 +93,19 @@ class SchedulerCore(CoreDefaults):
         self.views: dict[str, JobView] = {}  # what the policy sees: active jobs not held back
         self.gpu_types = set(cluster.gpus_by_type)
         self.cycle = 0
-        self._cycle_requested = False
-        self._tick_armed = False
-        self._wakeup_armed = False
-        self._last_cycle_at: float | None = None
+        # The timers it has set, by when they fire (None: not set): what a forecast of its
+        # next cycles starts from (`forecasting`).
+        self.cycle_at: float | None = None  # a cycle asked for
+        self.tick_at: float | None = None  # the next round
+        self.wakeup_at: float | None = None  # the policy's wake-up
+        self.last_cycle_at: float | None = None
         self._trigger = "start"
         self.last_plan: Plan | None = None
-        self._fit: CyclePlacement | None = None  # kept across cycles (see `_placement`)
-        self.tenancy: TenantGate | None = None  # the last cycle's admission step, with tenants
+        self.fit: CyclePlacement | None = None  # kept across cycles (see `_placement`)
+        self.forecasts = forecasting.ForecastState()  # start-time forecasts (`forecasting`)
+        self.tenancy: TenantGate | QueueGate | None = None  # the last cycle's admission gate
+        # Tenants' and queues' rules, kept across cycles (queues' usage decays over time).
+        self.admission = None if config.tenants is None else AdmissionStep(config.tenants)
         self.drained: set[str] = set()  # nodes that take no new work
         self.faults = NodeFaults(config.liveness, config.retry)  # lost nodes, failed trainers
         self.term = 0  # the leader's election term, stamped on every plan (fencing)
@@ -130,7 +143,7 @@ class SchedulerCore(CoreDefaults):
         if key == "cycle" or key == "tick":
             return self._cycle(key, now)
         if key == "wakeup":
-            self._wakeup_armed = False
+            self.wakeup_at = None
             return self.request_cycle(now, "wakeup")
         if isinstance(key, tuple) and len(key) == 2:
             if key == lost_key(key[1]):
@@ -214,7 +227,7 @@ class SchedulerCore(CoreDefaults):
         active job not suspended goes to the policy in admission order, and a cycle is
         requested if there is anything to schedule (an empty cycle would still count, and a
         live log replayed from its first submission would number its cycles one short)."""
-        self._fit = None  # placements as the rebuilt table has them, from scratch
+        self.fit = None  # placements as the rebuilt table has them, from scratch
         for jid, rec in sorted(self.jobs.items(), key=lambda kv: kv[1].admitted):
             if rec.state is None or rec.state.terminal:
                 continue
@@ -233,42 +246,45 @@ class SchedulerCore(CoreDefaults):
         if self.config.replan == "round":
             effects: list[Effect] = []
             if (trigger == "completion" and self.config.free_at_once
-                    and not self._cycle_requested):
-                self._cycle_requested = True
+                    and self.cycle_at is None):
+                self.cycle_at = now
                 self._trigger = trigger
                 effects.append(SetTimer("cycle", now, PRIORITY_CYCLE))
-            if not self._tick_armed:
-                self._tick_armed = True
+            if self.tick_at is None:
                 r = self.config.round_s
-                effects.append(SetTimer("tick", math.ceil(now / r) * r, PRIORITY_CYCLE))
+                self.tick_at = math.ceil(now / r) * r
+                effects.append(SetTimer("tick", self.tick_at, PRIORITY_CYCLE))
             return effects
-        if self._cycle_requested:
+        if self.cycle_at is not None:
             return []
-        self._cycle_requested = True
+        self.cycle_at = self._aligned(now)
         self._trigger = trigger
-        return [SetTimer("cycle", self._aligned(now), PRIORITY_CYCLE)]
+        return [SetTimer("cycle", self.cycle_at, PRIORITY_CYCLE)]
 
     def _aligned(self, t: float) -> float:
         """Slotted runs act a slot after the previous cycle at the earliest; others at t."""
-        if self.config.replan != "slot" or self._last_cycle_at is None:
+        if self.config.replan != "slot" or self.last_cycle_at is None:
             return t
-        return max(t, self._last_cycle_at + self.config.round_s)
+        return max(t, self.last_cycle_at + self.config.round_s)
 
     def _cycle(self, key: Hashable, now: float) -> list[Effect]:
         self.cycle += 1
-        self._last_cycle_at = now
-        self._cycle_requested = False
+        self.last_cycle_at = now
+        self.cycle_at = None
         effects: list[Effect] = []
         if self.jobs.running:
             trigger = "round" if key == "tick" else self._trigger
             effects.append(Publish(subjects.CYCLE_STARTED,
                                    CycleStarted(cycle=self.cycle, trigger=trigger)))
         if key == "tick":
-            self._tick_armed = False
+            self.tick_at = None
             if self.views:
-                self._tick_armed = True
-                effects.append(SetTimer("tick", now + self.config.round_s, PRIORITY_CYCLE))
-        return effects + self._plan(now)
+                self.tick_at = now + self.config.round_s
+                effects.append(SetTimer("tick", self.tick_at, PRIORITY_CYCLE))
+        effects += self._plan(now)
+        if self.config.forecast_every_s is not None:  # never changes what was decided
+            effects += forecasting.after_cycle(self, now)
+        return effects
 
     def _plan(self, now: float) -> list[Effect]:
         self.jobs.pack_ended()
@@ -295,9 +311,11 @@ class SchedulerCore(CoreDefaults):
         fit = self._placement(scheme, in_place)
         if in_place:
             snap = replace(snap, in_place=True)
-        if self.config.tenants is not None:
-            self.tenancy = TenantGate(fit, snap, self.config.tenants)
+        if self.admission is not None:
+            self.tenancy = self.admission.gate(fit, snap)
             plan = self.policy.plan(snap, self.tenancy)
+            if self.tenancy.wakeup_at is not None:  # queues: a reclaim waiting, a stale refusal
+                plan.wakeup_at = min(plan.wakeup_at or math.inf, self.tenancy.wakeup_at)
         else:
             plan = self.policy.plan(snap, fit)
         self.last_plan = plan
@@ -310,10 +328,10 @@ class SchedulerCore(CoreDefaults):
         # A lost node is cordoned like a drained one (its jobs have already been requeued).
         cordoned = self.drained | self.faults.lost if self.faults.lost else self.drained
         moves = self.jobs.take_moves()
-        fit = self._fit
+        fit = self.fit
         if fit is None or fit.scheme != scheme:
             previous = {jid: rec.placement for jid, rec in self.jobs.running.items()}
-            fit = self._fit = CyclePlacement(self.topology, scheme, previous, cordoned=cordoned)
+            fit = self.fit = CyclePlacement(self.topology, scheme, previous, cordoned=cordoned)
             if in_place:
                 fit.next_cycle(cordoned, in_place=True)
             return fit
@@ -355,7 +373,9 @@ class SchedulerCore(CoreDefaults):
             rec.preemptions += 1
             rec.unplace()
             stops.append(Stop(job_id=jid, reason="preempted"))
-            transitions.append(self.transition(rec, JobState.PREEMPTED, causes.PREEMPTED, now))
+            lender = None if self.tenancy is None else self.tenancy.reclaimed.get(jid)
+            cause = causes.PREEMPTED if lender is None else causes.reclaimed(lender)
+            transitions.append(self.transition(rec, JobState.PREEMPTED, cause, now))
             self.views[jid] = rec.view()
         for jid, slots in plan.run.items():
             rec = self.jobs[jid]
@@ -388,31 +408,23 @@ class SchedulerCore(CoreDefaults):
         if self.config.replan != "round":
             # Always re-arm or clear: a stale wake-up would add a cycle the policy did not ask for.
             if plan.wakeup_at is not None:
-                effects.append(SetTimer("wakeup", max(self._aligned(plan.wakeup_at), now),
-                                        PRIORITY_INPUT))
-            elif self._wakeup_armed:
+                self.wakeup_at = max(self._aligned(plan.wakeup_at), now)
+                effects.append(SetTimer("wakeup", self.wakeup_at, PRIORITY_INPUT))
+            elif self.wakeup_at is not None:
+                self.wakeup_at = None
                 effects.append(CancelTimer("wakeup"))
-            self._wakeup_armed = plan.wakeup_at is not None
         return effects
 
     def estimate_launch(self, rec: JobRecord, slots: GpuSlots, group: tuple[str, ...],
                         now: float) -> None:
         """Start the progress estimate of a job launched at `now` as the node agent will run
         it (see module docstring); also used when a recovering scheduler rebuilds its state."""
-        model = self.config.overhead
         rec.place(slots)
         self.jobs.moved(rec.spec.job_id)
         rec.group = group
         rec.accounted_at = now
         rec.reported = rec.iterations_done
-        size = gpu_count(slots)
         members = [self.jobs[j].spec for j in group if j in self.jobs]
-        gpu_type = self.topology.type_of.get(slots[0][0])
-        iteration_s, per_event_s = job_rates(rec.spec, members, model, gpu_type,
-                                             self.config.profile, size)
-        rec.run = RunProgress(
-            total=rec.spec.iterations, remaining=rec.spec.iterations - rec.iterations_done,
-            at=now, ready_at=now + model.restart(rec.spec, size), iteration_s=iteration_s,
-            per_event_s=per_event_s,
-            segments=progress_segments(rec.spec, slots, self._adaptive_batch,
-                                       rec.iterations_done))
+        rec.run = launch_progress(rec.spec, rec.iterations_done, slots, members,
+                                  self.topology.type_of.get(slots[0][0]), self.config.overhead,
+                                  self.config.profile, self._adaptive_batch, now)

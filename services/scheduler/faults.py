@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from domain import causes
 from schemas import subjects
+from schemas.causes import RECORDED_FAILURE
 from schemas.events import STOP_RECONCILE, JobFinished, NodeCommand, NodeHeartbeat, Stop
 from schemas.job import JobState
 from schemas.status import Status, StatusCode
@@ -128,12 +129,14 @@ def requeue_node(core: SchedulerCore, node: str, why: str, now: float) -> list[E
 def on_trainer_failed(core: SchedulerCore, rec: JobRecord, msg: JobFinished, now: float
                       ) -> list[Effect]:
     """The job's trainer failed on its own (already off the running set and the policy's
-    sight): back off and retry, or fail the job once it is out of attempts."""
+    sight): back off and retry, or fail the job once it is out of attempts. A failure the
+    trace records is retried whatever the count (see `recorded`)."""
     jid = rec.spec.job_id
     failure = str(msg.failure)
     rec.unplace()
     rec.reported = msg.iterations_done
-    at = None if msg.permanent else core.faults.fail(jid, now)
+    replayed = recorded(rec, msg)
+    at = None if msg.permanent else core.faults.fail(jid, now, budgeted=not replayed)
     n = core.faults.failures.get(jid, 0)
     effects: list[Effect]
     if at is None:
@@ -144,10 +147,20 @@ def on_trainer_failed(core: SchedulerCore, rec: JobRecord, msg: JobFinished, now
         effects = [core.transition(rec, JobState.FAILED, causes.failed(failure), now)]
     else:
         rec.ended_at = None
-        cause = causes.retry(msg.node_id, failure, n, core.faults.retry.max_attempts - 1, at)
+        cause = (causes.recorded_restart(msg.node_id, failure, n, at) if replayed else
+                 causes.retry(msg.node_id, failure, n, core.faults.retry.max_attempts - 1, at))
         effects = [core.transition(rec, JobState.PREEMPTED, cause, now),
                    SetTimer(retry_key(jid), at, PRIORITY_INPUT)]
     return effects + core.request_cycle(now, "completion")
+
+
+def recorded(rec: JobRecord, msg: JobFinished) -> bool:
+    """Whether a failed run is one of the failures the job's trace records (`fail_at`),
+    replayed by a simulated node: said so, at one of the job's marks. Only such a failure is
+    retried beyond the budget; the scheduler admits `fail_at` only where nodes replay it."""
+    marks = rec.spec.fail_at
+    return (marks is not None and msg.failure is not None
+            and msg.failure.startswith(RECORDED_FAILURE) and msg.iterations_done in marks)
 
 
 def on_retry_due(core: SchedulerCore, job_id: str, now: float) -> list[Effect]:

@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from services.scheduler.core import SchedulerCore
 
 
+# A live cluster's trainers fail when they fail: no node agent can make one fail on cue.
+NO_REPLAY = ("fail_at: a live cluster cannot replay recorded failures (its trainers cannot "
+             "fail on cue); fail_at is for simulations (loom sim --replay-failures)")
+
+
 def on_submit(core: SchedulerCore, sub: SubmitJob, event_id: str, now: float) -> list[Effect]:
     job_id = sub.job_id or _unnamed_id(event_id)
     if job_id in core.jobs:
@@ -52,7 +57,10 @@ def _unnamed_id(event_id: str) -> str:
 
 
 def _refusal(core: SchedulerCore, spec: JobSpec) -> tuple[StatusCode, str] | None:
-    """Why the job can never run here (too large, a policy's or a quota's no), or None."""
+    """Why the job can never run here (too large, a policy's or a quota's no, a recorded
+    failure no node here can replay), or None."""
+    if spec.fail_at is not None and not core.config.replays_failures:
+        return StatusCode.REJECTED_INVALID, NO_REPLAY
     total = core.cluster.total_gpus
     if spec.gpus > total:
         return StatusCode.REJECTED_TOO_LARGE, f"needs {spec.gpus} GPUs; the cluster has {total}"

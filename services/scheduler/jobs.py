@@ -63,8 +63,11 @@ class JobRecord:
 
     def view(self) -> JobView:
         running = self.state is JobState.RUNNING
+        # While it runs, its latest transition is the one into its current run.
+        since = self.last.at if running and self.last is not None else None
         return JobView.make(self.spec, running, self.iterations_done, self.attained_s,
-                            self.preemptions, gpu_count(self.placement) if running else 0)
+                            self.preemptions, gpu_count(self.placement) if running else 0,
+                            since)
 
 
 def admission_order(rec: JobRecord) -> int:
@@ -172,6 +175,11 @@ class JobTable(Mapping[str, JobRecord]):
         kept across cycles is updated with these)."""
         moves, self._moves = self._moves, set()
         return moves
+
+    def pending_moves(self) -> frozenset[str]:
+        """The moves `take_moves` would hand over, left where they are (a forecast copies
+        the placement state, which is told of them at the next cycle)."""
+        return frozenset(self._moves)
 
     def running_in_order(self) -> list[JobRecord]:
         return sorted(self.running.values(), key=admission_order)

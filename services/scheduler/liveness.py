@@ -17,7 +17,9 @@ failed check about one GPU) are kept per node, with their reasons.
 
 Retries: a trainer that exits non-zero on its own (not stopped by Loom) costs its job one
 attempt; the job waits out an exponential backoff, out of the policy's sight, then queues
-again; after `max_attempts` failures it fails for good, with the last reason.
+again; after `max_attempts` failures it fails for good, with the last reason. A failure a
+trace records (a simulation replaying it, `JobSpec.fail_at`) takes the same path, except that
+it is retried whatever the count, or fails the job for good at the trace's final failure.
 """
 
 from __future__ import annotations
@@ -141,10 +143,12 @@ class NodeFaults:
         self.lost.discard(node_id)
         return now + self.liveness.timeout(interval_s), returned
 
-    def fail(self, job_id: str, now: float) -> float | None:
-        """A trainer failure: when the job may run again, or None if it is out of attempts."""
+    def fail(self, job_id: str, now: float, *, budgeted: bool = True) -> float | None:
+        """A trainer failure: when the job may run again, or None if it is out of attempts.
+        A failure the trace records (not `budgeted`) is retried whatever the count: the trace
+        restarted the job, and its attempts are the truth."""
         n = self.failures[job_id] = self.failures.get(job_id, 0) + 1
-        if n >= self.retry.max_attempts:
+        if budgeted and n >= self.retry.max_attempts:
             return None
         at = self.backoff[job_id] = now + self.retry.delay(job_id, n)
         return at

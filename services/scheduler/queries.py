@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.job import JobState
 from schemas.status import Status, StatusCode
+from services.scheduler import forecasting
 from services.scheduler.liveness import OPERATOR
 
 if TYPE_CHECKING:
@@ -28,7 +29,10 @@ def status(core: SchedulerCore, job_id: str) -> Status:
         waiting = core.policy.waiting_status(job_id)
         held = None if core.tenancy is None else core.tenancy.status_for(job_id, rec.spec)
         if held is not None:
-            return held.model_copy(update={"queue_position": waiting.queue_position})
+            waiting = held.model_copy(update={"queue_position": waiting.queue_position})
+        start = forecasting.expected_start(core, job_id)
+        if start is not None:
+            waiting = waiting.model_copy(update={"forecast_start_s": start})
         return waiting
     if rec.state is JobState.RUNNING:  # derived on demand: cheaper than one per launch
         assert rec.last is not None
@@ -39,7 +43,9 @@ def status(core: SchedulerCore, job_id: str) -> Status:
 
 
 def state(core: SchedulerCore, now: float) -> dict[str, Any]:
-    """The scheduler's state as `loom status` reads it."""
+    """The scheduler's state as `loom status` reads it, with a fresh forecast of waiting
+    jobs' starts where the latest is stale (`forecasting.on_request`)."""
+    latest = forecasting.on_request(core, now)
     faults = core.faults
     cordons = {node: dict(faults.cordons.get(node) or {OPERATOR: "drained"})
                for node in sorted(core.drained)}
@@ -54,12 +60,17 @@ def state(core: SchedulerCore, now: float) -> dict[str, Any]:
             "health_warnings": dict(sorted(faults.warnings.items())),
             "lost": sorted(faults.lost),
             "suspended": sorted(core.jobs.held),
+            # Forecasts of waiting jobs' starts (None: off): when the latest was made.
+            "forecast": None if core.config.forecast_every_s is None else {
+                "at": None if latest is None else latest.at,
+                "every_s": core.config.forecast_every_s},
             "jobs": [job_row(core, jid, now) for jid in core.jobs]}
 
 
 def job_row(core: SchedulerCore, job_id: str, now: float) -> dict[str, Any]:
     """One job's row: where it is and why, its progress and, while it runs, when it should
-    finish (the scheduler's own estimate since the last report, as the policies see it)."""
+    finish (the scheduler's own estimate since the last report, as the policies see it);
+    while it waits, when it should start (the latest forecast, where forecasts are on)."""
     rec = core.jobs[job_id]
     why = status(core, job_id)
     done, eta = rec.iterations_done, None
@@ -69,6 +80,7 @@ def job_row(core: SchedulerCore, job_id: str, now: float) -> dict[str, Any]:
         eta = rec.run.finish_at(now)
     return {"job_id": job_id, "state": rec.state.value if rec.state else "rejected",
             "reason": why.reason, "queue_position": why.queue_position,
+            "forecast_start_s": why.forecast_start_s,
             "gpus": rec.spec.gpus, "nodes": sorted({n for n, _ in rec.placement}),
             "iterations": rec.spec.iterations,
             "done": round(done, 1), "eta": eta, "tenant": rec.spec.tenant,

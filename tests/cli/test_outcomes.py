@@ -33,6 +33,9 @@ def _summary(**fields: object) -> dict[str, object]:
     (_summary(finished=58, unfinished=2), "60 jobs: 58 finished, 0 rejected, 2 unfinished",
      True),
     (_summary(finished=57), "60 jobs: 57 finished, 0 rejected, 0 unfinished, 3 failed", False),
+    (_summary(finished=57, failures_replayed=12),
+     "60 jobs: 57 finished, 0 rejected, 0 unfinished, 3 failed; 12 recorded failures replayed",
+     False),
     (_summary(finished=59, rejected=1, rejected_by={"rejected_by_policy": 1}),
      "60 jobs: 59 finished, 1 rejected (1 refused by the policy), 0 unfinished", True),
 ])

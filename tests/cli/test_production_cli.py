@@ -4,6 +4,7 @@ benchmark on a tiny log."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import pickle
@@ -13,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from loom import trace_cli
+from loom import compare_traces, trace_cli
 from loom.cli import main
 from loom.replay.commands import LoggedRunSpec
 from loom.runs import RunSpec
 from schemas.tenants import load_tenants
-from tests.traces.production_builders import write_gpu_numbers, write_helios
+from tests.traces.production_builders import write_acme, write_gpu_numbers, write_helios
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,6 +86,74 @@ def test_traced_specs_keep_their_kind_and_cross_processes(tmp_path: Path) -> Non
     jobs = plain.config().jobs
     assert jobs and all(j.gpus >= 2 for j in jobs)
     assert trace_cli.loaded(plain) is trace_cli.loaded(plain)  # read once per process
+
+
+def test_sim_replays_recorded_failures_and_shows_failed_jobs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_acme(tmp_path, [{"state": "FAILED", "duration": "7200"},
+                                  {"state": "COMPLETED", "duration": "3600"}])
+    out, log = tmp_path / "run", tmp_path / "run.eventlog.gz"
+    assert main(["sim", "--trace", str(trace), "--cluster", "acme/seren", "--policy", "fifo",
+                 "--replay-failures", "--overhead", "none", "--out", str(out), "--log",
+                 str(log), "--no-plot"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "trace trace_seren (acme): 2 jobs; 1 recorded failures to replay" in text
+    assert ("2 jobs: 1 finished, 0 rejected, 0 unfinished, 1 failed; 1 recorded failures "
+            "replayed") in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["finished"], summary["failed"], summary["failures_replayed"]) == (1, 1, 1)
+    assert summary["trace_replay_failures"] is True
+    assert summary["trace_assumptions"][-1].startswith("failures replayed")
+    rows = {r["job_id"]: r for r in csv.DictReader((out / "jobs.csv").open())}
+    assert rows["dlc0"]["state"] == "failed" and float(rows["dlc0"]["end_s"]) == 7200.0
+    assert rows["dlc0"]["jct_s"] == "" and rows["dlc1"]["state"] == "finished"
+    # The log replays to the same decisions: its scheduler took the job's marks in too.
+    assert main(["replay", str(log), "--quiet"]) == 0
+
+
+def test_without_the_flag_failed_jobs_finish(tmp_path: Path) -> None:
+    trace = write_acme(tmp_path, [{"state": "FAILED"}])
+    out = tmp_path / "run"
+    assert main(["sim", "--trace", str(trace), "--cluster", "acme/seren", "--policy", "fifo",
+                 "--out", str(out), "--no-plot"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["finished"], summary["failed"], summary["failures_replayed"]) == (1, 0, 0)
+    assert summary["trace_replay_failures"] is False
+    assert summary["trace_assumptions"][-1].startswith("failures not replayed")
+
+
+def test_replay_failures_of_a_research_trace_exits_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--trace", "tiresias/60_job", "--cluster", "n1g4", "--policy", "fifo",
+                 "--replay-failures", "--no-plot"]) == 2
+    assert "records no failures to replay; drop --replay-failures" in " ".join(
+        capsys.readouterr().err.split())
+
+
+def test_traced_specs_carry_the_replay_flag_across_processes(tmp_path: Path) -> None:
+    trace = write_acme(tmp_path, [{"state": "FAILED"}])
+    spec = trace_cli.traced(RunSpec(trace=str(trace), cluster="acme/seren", policy="fifo"),
+                            None, replay_failures=True)
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    (job,) = spec.config().jobs
+    assert job.fail_at == (float(job.iterations),)
+    (plain,) = trace_cli.traced(spec, None).config().jobs  # the flag is given, or it is off
+    assert plain.fail_at is None
+
+
+def test_compare_across_traces_replays_failures_in_every_entry(tmp_path: Path) -> None:
+    acme, helios = tmp_path / "acme", tmp_path / "helios"
+    acme.mkdir(), helios.mkdir()
+    entries = compare_traces.parse_traces(
+        f"{write_acme(acme, [{'state': 'FAILED'}])}@acme/seren,"
+        f"{write_helios(helios, [{'state': 'FAILED'}])}@helios/venus", None)
+    prepared = compare_traces.prepare(
+        entries, ["fifo"], lambda name: RunSpec(trace="", cluster="", policy=name), None,
+        None, replay_failures=True)
+    for p in prepared:
+        (job,) = p.specs[0].config().jobs
+        assert job.fail_at == (float(job.iterations),)
+        assert p.annotations["trace_replay_failures"] is True
 
 
 def test_gen_tenants_from_helios_gpu_numbers(tmp_path: Path,

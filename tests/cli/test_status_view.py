@@ -10,7 +10,7 @@ import pytest
 
 from loom import live_cli
 from loom.cli import main
-from loom.status_view import select
+from loom.status_view import select, until
 
 
 def _row(job_id: str, state: str, tenant: str = "lab", gpus: int = 1, done: float = 0.0,
@@ -99,3 +99,33 @@ def test_bad_filters_are_refused_by_the_parser(flags: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["status", *flags])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0, "0 s"), (45.4, "45 s"), (60, "1m"), (754, "12m"), (3600 + 7 * 60, "1h07m"),
+    (2 * 86400 + 4 * 3600 + 59, "2d04h"), (-5, "0 s"),
+])
+def test_until(seconds: float, shown: str) -> None:
+    assert until(seconds) == shown
+
+
+def test_waiting_jobs_show_when_they_should_start(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A scheduler with forecasts on: each waiting job's forecast start, as time from now;
+    "?" for one the forecast does not reach; `--sort start` puts the soonest first."""
+    jobs = [dict(j) for j in JOBS]
+    starts = {"b": 10.0 + 754, "d": 10.0 + 2 * 3600, "e": None}
+    for j in jobs:
+        j["forecast_start_s"] = starts.get(j["job_id"])
+    state = {**STATE, "jobs": jobs, "forecast": {"at": 10.0, "every_s": 60.0}}
+
+    async def fake_status(url: str, auth: Any = None) -> dict[str, Any]:
+        return state
+
+    monkeypatch.setattr(live_cli, "_status", fake_status)
+    assert main(["status", "--state", "waiting", "--sort", "start"]) == 0
+    printed = capsys.readouterr().out
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in printed.splitlines()
+             if line.startswith("│")]
+    assert "starts in" in printed
+    assert [(c[0], c[7]) for c in cells] == [("b", "12m"), ("d", "2h00m"), ("e", "?")]

@@ -39,6 +39,7 @@ from schemas.events import (
     NodeStatus,
     OperatorCommand,
     PlanDecided,
+    StartForecast,
     Stop,
     TrainerReport,
     envelope,
@@ -58,6 +59,8 @@ SAMPLE_BODIES: dict[str, Any] = {
     subjects.PLAN_DECIDED: PlanDecided(cycle=1, launches=(
         Launch(job_id="fz-1", spec=SPEC, placement=(("n0", (0,)),)),),
         stops=(Stop(job_id="fz-0", reason="preempted"),)),
+    subjects.START_FORECAST: StartForecast(at=1.0, cycle=1, starts={"fz-1": 60.0,
+                                                                    "fz-2": None}),
     subjects.OPERATOR: OperatorCommand(command="cancel", job_id="fz-1"),
     subjects.NODE_STATUS: NodeStatus(node_id="n0", cycle=1, progress={"fz-1": 5.0}),
     subjects.NODE_INFO: NodeInfo(node_id="n0", backend="fake", gpus=()),

@@ -25,6 +25,12 @@ M = TypeVar("M", bound=BaseModel)
 # (file line, job) pairs; the line is kept for duplicate-id messages.
 Parsed = list[tuple[int, JobSpec]]
 
+# What every trace that records only durations assumes (run summaries' `trace_assumptions`).
+DURATION_ONLY = (
+    "duration-only trace: each job runs for its recorded duration at its recorded GPU count "
+    "(one-second synthetic iterations), whatever policy runs it"
+)
+
 
 @dataclass(frozen=True)
 class Table:
@@ -242,13 +248,16 @@ def unit_iterations(duration_s: float) -> tuple[int, float]:
 
 @dataclass(frozen=True)
 class TraceFormat:
-    """A CSV trace dialect, recognised by its header (column order does not matter)."""
+    """A CSV trace dialect, recognised by its header (column order does not matter).
+    `assumptions` say how its recorded jobs become simulated ones, where that is a modelling
+    choice (duration-only traces), for run summaries."""
 
     name: str
     required: tuple[str, ...]
     optional: tuple[str, ...]
     default_overhead: str
     read: Callable[[Table], Parsed]
+    assumptions: tuple[str, ...] = ()
 
     def matches(self, columns: tuple[str, ...]) -> bool:
         seen = set(columns)

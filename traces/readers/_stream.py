@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +38,8 @@ class Candidate:
 
     `fields` are JobSpec fields without `submit_time_s`; `columns` maps them to the columns
     (or JSON keys) they came from, for errors; `submit` is in seconds on the file's own clock.
+    `fail_at` are the failures the trace records, as progress marks (`failure_marks`); they
+    become the JobSpec's `fail_at` only when the run replays failures.
     """
 
     where: Where
@@ -46,6 +48,7 @@ class Candidate:
     fields: dict[str, Any]
     columns: Mapping[str, str]
     restarts: int = 0
+    fail_at: tuple[float, ...] = ()
 
 
 Scan = Iterator[Candidate | str]
@@ -57,16 +60,22 @@ class StreamFormat:
 
     CSV layouts are recognised by their header like `TraceFormat` (`required`, `optional`);
     the others (a JSON job log, headerless tables) by `traces.readers.locate`. `assumptions`
-    say how the recorded jobs become simulated ones, for run summaries.
+    say how the recorded jobs become simulated ones, for run summaries, and `failures` what
+    becomes of the failures it records: (without replaying them, replaying them).
     """
 
     name: str
     default_overhead: str
     scan: Callable[[Path], Scan]
     assumptions: tuple[str, ...]
+    failures: tuple[str, str]
     required: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     has_states: bool = True
+
+    def assumptions_for(self, replay_failures: bool) -> tuple[str, ...]:
+        """What a run of this trace assumes, failures replayed or not."""
+        return (*self.assumptions, self.failures[replay_failures])
 
     def matches(self, columns: tuple[str, ...]) -> bool:
         if not self.required:
@@ -329,3 +338,21 @@ def recorded_run(row: Row, gpus: int, start: float | None, end: float | None,
         if duration < 0:
             raise row.error("end_time", "is before start_time (and duration is empty)")
     return duration if duration > 0 else ZERO_DURATION
+
+
+def failure_marks(restarted_at: Sequence[float], failed: bool, duration_s: float,
+                  iterations: int) -> tuple[float, ...]:
+    """A recorded job's failures as progress marks (`JobSpec.fail_at`) of a duration-only
+    job (`unit_iterations`): the run time (s) at which each attempt the trace restarted
+    failed, and the whole run if the job `failed` in the end. An attempt that added no run
+    time repeats the mark before it (or the end) and is dropped: a run cannot fail twice at
+    the same point, nor fail at the end and be restarted."""
+    per = duration_s / iterations  # seconds per iteration, as unit_iterations gives them
+    marks: list[float] = []
+    for at in restarted_at:
+        mark = at / per
+        if 0.0 < mark < iterations and (not marks or mark > marks[-1]):
+            marks.append(mark)
+    if failed:
+        marks.append(float(iterations))
+    return tuple(marks)

@@ -10,8 +10,10 @@ Each job that ran becomes a JobSpec: `job_id` as is, the user is its tenant (the
 no virtual clusters), `type` is its `job_type` label (policies and reports may group by it),
 `gpu_num` its GPUs, `duration` (else end_time - start_time) its run time at those GPUs, as
 one-second synthetic iterations, model "unknown". A failed job keeps its recorded run time,
-so it leaves the simulated cluster when it failed in the real one; replaying the failure as a
-failure (rather than a completion) is not modelled. Left out, and counted by reason: CPU-only
+so it leaves the simulated cluster when it failed in the real one: by default as finished;
+replaying failures (`load_trace(..., replay_failures=True)`), state FAILED fails the job for
+good at its recorded time (other states, CANCELLED, TIMEOUT, NODE_FAIL, still finish: a
+user's or the cluster's stop, not the job's failure). Left out, and counted by reason: CPU-only
 jobs, jobs that never started, jobs still running when the trace was cut, and zero-second
 jobs. node_num, cpu_num, queue, gpu_time, fail_time and stop_time are checked, not used.
 """
@@ -20,13 +22,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traces.readers._csv import unit_iterations
+from traces.readers._csv import DURATION_ONLY, unit_iterations
 from traces.readers._stream import (
     Candidate,
     Clock,
     Scan,
     StreamFormat,
     csv_rows,
+    failure_marks,
     optional_amount,
     optional_count,
     recorded_run,
@@ -35,13 +38,17 @@ from traces.readers._stream import (
 COLUMNS = ("job_id", "user", "node_num", "gpu_num", "cpu_num", "type", "state", "submit_time",
            "start_time", "end_time", "duration", "queue", "gpu_time")
 KALOS_COLUMNS = ("fail_time", "stop_time")
+FAILED = "FAILED"  # Slurm's state of a job that failed on its own
 _FIELDS = {"job_id": "job_id", "tenant": "user", "job_type": "type", "gpus": "gpu_num",
-           "iterations": "duration", "iteration_time_s": "duration", "duration_s": "duration"}
+           "iterations": "duration", "iteration_time_s": "duration", "duration_s": "duration",
+           "fail_at": "state"}
 ASSUMPTIONS = (
-    "duration-only trace: each job runs for its recorded duration at its recorded GPU count "
-    "(one-second synthetic iterations), whatever policy runs it",
-    "Acme: the user is the tenant and the job type its job_type; failed jobs run for their "
-    "recorded time and finish (the failure is not replayed)",
+    DURATION_ONLY,
+    "Acme: the user is the tenant and the job type its job_type",
+)
+FAILURES = (
+    "failures not replayed: FAILED jobs run for their recorded time and finish",
+    "failures replayed: FAILED jobs run for their recorded time and fail for good",
 )
 
 
@@ -74,7 +81,8 @@ def scan(path: Path) -> Scan:
         yield Candidate(row, submit, state, {
             "job_id": job_id, "tenant": tenant, "model": "unknown", "job_type": job_type,
             "gpus": gpus, "iterations": iterations, "iteration_time_s": iteration_time,
-            "duration_s": ran}, _FIELDS)
+            "duration_s": ran}, _FIELDS,
+            fail_at=failure_marks((), state == FAILED, ran, iterations))
 
 
 FORMAT = StreamFormat(
@@ -82,6 +90,7 @@ FORMAT = StreamFormat(
     default_overhead="flat:30",
     scan=scan,
     assumptions=ASSUMPTIONS,
+    failures=FAILURES,
     required=COLUMNS,
     optional=KALOS_COLUMNS,
 )

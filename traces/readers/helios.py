@@ -11,7 +11,10 @@ Each job that ran becomes a JobSpec: `job_id` as is, the VC is its tenant, `gpu_
 iterations (`unit_iterations`), model "unknown". Submission times count from the earliest
 submission of a job that ran. Left out, and counted by reason: CPU-only jobs (gpu_num 0), jobs
 without a start_time (cancelled or failed while queued), jobs without an end time or duration
-(still running when the log was cut) and jobs that ran for zero seconds. user, cpu_num,
+(still running when the log was cut) and jobs that ran for zero seconds. A job that ran
+finishes after its recorded time whatever its state, unless the run replays failures
+(`load_trace(..., replay_failures=True)`): then state FAILED fails it for good at that time
+(CANCELLED, TIMEOUT, NODE_FAIL still finish: stopped, not failed on its own). user, cpu_num,
 node_num and queue are checked and not used (Loom places GPUs, and queueing is what the
 simulation works out).
 
@@ -24,13 +27,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from traces.errors import TraceError
-from traces.readers._csv import unit_iterations
+from traces.readers._csv import DURATION_ONLY, unit_iterations
 from traces.readers._stream import (
     Candidate,
     Clock,
     Scan,
     StreamFormat,
     csv_rows,
+    failure_marks,
     optional_amount,
     optional_count,
     recorded_run,
@@ -39,12 +43,16 @@ from traces.readers._stream import (
 LOG = "cluster_log.csv"
 COLUMNS = ("job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state", "submit_time",
            "start_time", "end_time", "duration", "queue")
+FAILED = "FAILED"  # Slurm's state of a job that failed on its own
 _FIELDS = {"job_id": "job_id", "tenant": "vc", "gpus": "gpu_num", "iterations": "duration",
-           "iteration_time_s": "duration", "duration_s": "duration"}
+           "iteration_time_s": "duration", "duration_s": "duration", "fail_at": "state"}
 ASSUMPTIONS = (
-    "duration-only trace: each job runs for its recorded duration at its recorded GPU count "
-    "(one-second synthetic iterations), whatever policy runs it",
+    DURATION_ONLY,
     "Helios: vc is the tenant; CPU-only jobs and jobs that never started are left out",
+)
+FAILURES = (
+    "failures not replayed: FAILED jobs run for their recorded time and finish",
+    "failures replayed: FAILED jobs run for their recorded time and fail for good",
 )
 
 
@@ -71,7 +79,8 @@ def scan(path: Path) -> Scan:
         yield Candidate(row, submit, state, {
             "job_id": job_id, "tenant": tenant, "model": "unknown", "gpus": gpus,
             "iterations": iterations, "iteration_time_s": iteration_time,
-            "duration_s": ran}, _FIELDS)
+            "duration_s": ran}, _FIELDS,
+            fail_at=failure_marks((), state == FAILED, ran, iterations))
 
 
 FORMAT = StreamFormat(
@@ -79,6 +88,7 @@ FORMAT = StreamFormat(
     default_overhead="flat:30",
     scan=scan,
     assumptions=ASSUMPTIONS,
+    failures=FAILURES,
     required=COLUMNS,
     optional=("jobname",),
 )

@@ -8,7 +8,14 @@ start of collection; job ids are UUIDs.
 
 from __future__ import annotations
 
-from traces.readers._csv import Parsed, Table, TraceFormat, make_job, unit_iterations
+from traces.readers._csv import (
+    DURATION_ONLY,
+    Parsed,
+    Table,
+    TraceFormat,
+    make_job,
+    unit_iterations,
+)
 from traces.readers.elasticflow import deadline_reader
 
 _RAW_COLUMNS = {
@@ -64,4 +71,5 @@ RAW_FORMAT = TraceFormat(
     optional=(),
     default_overhead="elasticflow",
     read=read_raw,
+    assumptions=(DURATION_ONLY,),
 )

@@ -16,7 +16,9 @@ the submission time, the task table everything else, and each task that asks for
 becomes one job, `<job_name>.<task_name>`, with inst_num x plan_gpu / 100 GPUs of its
 gpu_type, running end_time - start_time seconds (one-second synthetic iterations, model
 "unknown"); its status is kept for `--trace-filter state=`. A PS/worker job thus gives one
-job for its GPU workers, and its parameter servers (no GPUs) are left out.
+job for its GPU workers, and its parameter servers (no GPUs) are left out. A task whose
+status is `Failed` finishes after its run time like the others, unless the run replays
+failures (`load_trace(..., replay_failures=True)`): then it fails for good at that time.
 
 Left out, and counted by reason: tasks asking for a fraction of a GPU (plan_gpu not a
 multiple of 100: Loom does not share GPUs fractionally, and rounding would invent or drop
@@ -33,7 +35,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from schemas.job import Name
 from traces.errors import TraceError
-from traces.readers._csv import unit_iterations
+from traces.readers._csv import DURATION_ONLY, unit_iterations
 from traces.readers._stream import (
     NEVER_STARTED,
     NO_END,
@@ -44,6 +46,7 @@ from traces.readers._stream import (
     Scan,
     StreamFormat,
     csv_rows,
+    failure_marks,
     first_row,
     optional_amount,
 )
@@ -58,16 +61,21 @@ TASK_COLUMNS = ("job_name", "task_name", "inst_num", "status", "start_time", "en
 MACHINE_COLUMNS = ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu")
 FRACTIONAL = "fractional GPU request (plan_gpu not a multiple of 100)"
 NO_JOB_ROW = "task of a job missing from the job table"
+FAILED = "Failed"  # a task's status when it failed (Terminated: it ended otherwise)
 _FIELDS = {"job_id": "task_name", "gpus": "plan_gpu", "gpu_type": "gpu_type",
-           "iterations": "end_time", "iteration_time_s": "end_time", "duration_s": "end_time"}
+           "iterations": "end_time", "iteration_time_s": "end_time", "duration_s": "end_time",
+           "fail_at": "status"}
 _MACHINE_FIELDS = {"node_id": "machine", "gpus": "cap_gpu", "gpu_type": "gpu_type",
                    "cpus": "cap_cpu", "mem_gb": "cap_mem"}
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
 ASSUMPTIONS = (
-    "duration-only trace: each job runs for its recorded duration at its recorded GPU count "
-    "(one-second synthetic iterations), whatever policy runs it",
+    DURATION_ONLY,
     "Alibaba PAI: each whole-GPU task is a job of its gpu_type (run it on the machine table's "
     "cluster); fractional-GPU tasks are left out, not rounded; the user is the tenant",
+)
+FAILURES = (
+    "failures not replayed: Failed tasks run for their recorded time and finish",
+    "failures replayed: Failed tasks run for their recorded time and fail for good",
 )
 
 
@@ -180,7 +188,8 @@ def scan(path: Path) -> Scan:
                 "job_id": f"{name}.{task}", "tenant": job[0], "model": "unknown",
                 "gpus": instances * round(plan_gpu) // 100, "gpu_type": gpu_type,
                 "iterations": iterations, "iteration_time_s": iteration_time,
-                "duration_s": duration}, _FIELDS)
+                "duration_s": duration}, _FIELDS,
+                fail_at=failure_marks((), state == FAILED, duration, iterations))
 
 
 FORMAT = StreamFormat(
@@ -188,6 +197,7 @@ FORMAT = StreamFormat(
     default_overhead="flat:30",
     scan=scan,
     assumptions=ASSUMPTIONS,
+    failures=FAILURES,
 )
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from traces.readers._csv import Parsed, Row, Table, TraceFormat, make_job, unit_iterations
+from traces.readers._csv import (
+    DURATION_ONLY,
+    Parsed,
+    Row,
+    Table,
+    TraceFormat,
+    make_job,
+    unit_iterations,
+)
 
 _COLUMNS = {
     "tenant": "cluster",
@@ -60,4 +68,5 @@ FORMAT = TraceFormat(
     optional=(),
     default_overhead="flat:30",
     read=read,
+    assumptions=(DURATION_ONLY,),
 )

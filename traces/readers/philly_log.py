@@ -13,8 +13,12 @@ of GPUs, single GPU mem (`machines`).
 A job's GPUs are the GPUs listed in the detail of its first attempt that lists any. Each
 attempt after the first is a restart (Philly retries failed jobs); the job's duration is the
 sum of its attempts' run times (end_time - start_time), so the simulated job uses the GPU time
-the real one did, failed attempts included, as one run without the restarts (the loader
-counts them in `Trace.restarts`). The VC is the tenant; the status is kept for
+the real one did, failed attempts included. By default it runs that time once, without the
+restarts (the loader counts them in `Trace.restarts`), and finishes whatever its status.
+Replaying failures (`load_trace(..., replay_failures=True)`), the job fails at the end of each
+attempt that ran but the last (at its run time so far) and is restarted from there, and a
+`Failed` job's last run fails for good at its end; `Killed` is a user's kill, not a failure,
+so such a job completes. The VC is the tenant; the status is kept for
 `--trace-filter state=`; model "unknown", one-second synthetic iterations. Left out, and
 counted: jobs with no submitted_time, jobs none of whose attempts started, jobs with no GPUs
 listed, jobs still running when the log was cut (an attempt without end_time), and jobs whose
@@ -29,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from traces.readers._csv import Row, unit_iterations
+from traces.readers._csv import DURATION_ONLY, Row, unit_iterations
 from traces.readers._stream import (
     NEVER_STARTED,
     NO_END,
@@ -41,6 +45,7 @@ from traces.readers._stream import (
     Scan,
     StreamFormat,
     csv_rows,
+    failure_marks,
     first_row,
     json_objects,
 )
@@ -50,14 +55,20 @@ MACHINE_LIST = "cluster_machine_list"
 MACHINE_COLUMNS = ("machineId", "number of GPUs", "single GPU mem")
 NO_SUBMIT = "no submitted_time"
 _MACHINE_FIELDS = {"node_id": "machineId", "gpus": "number of GPUs"}
+FAILED = "Failed"  # the status of a job whose last attempt failed (Killed: a user's kill)
 _FIELDS = {"job_id": "jobid", "tenant": "vc", "gpus": "attempts", "iterations": "attempts",
-           "iteration_time_s": "attempts", "duration_s": "attempts"}
+           "iteration_time_s": "attempts", "duration_s": "attempts", "fail_at": "attempts"}
 ASSUMPTIONS = (
-    "duration-only trace: each job runs for its recorded duration at its recorded GPU count "
-    "(one-second synthetic iterations), whatever policy runs it",
-    "Philly log: a job's duration is the sum of its attempts' run times and it runs once "
-    "(its restarts are counted, not replayed); GPUs are those of its first attempt; vc is "
-    "the tenant",
+    DURATION_ONLY,
+    "Philly log: a job's duration is the sum of its attempts' run times; GPUs are those of "
+    "its first attempt; vc is the tenant",
+)
+FAILURES = (
+    "failures not replayed: a job runs its attempts' time once (its restarts are counted, "
+    "not replayed) and finishes, Failed or not",
+    "failures replayed: a job fails at the end of each attempt but the last and is restarted "
+    "from there, as Philly retried it; a Failed job's last run fails for good; Killed jobs "
+    "complete",
 )
 
 
@@ -125,6 +136,7 @@ def scan(path: Path) -> Scan:
         gpus = 0
         started = running = False
         runtime = 0.0
+        ends: list[float] = []  # the run time so far at the end of each attempt that ran
         for i, item in enumerate(attempts):
             attempt = _object(where, item, f"attempts[{i}]")
             start = _time(where, clock, attempt, "start_time", f"attempts[{i}].start_time")
@@ -141,6 +153,7 @@ def scan(path: Path) -> Scan:
                 raise where.error(f"attempts[{i}].end_time", "is before its start_time")
             else:
                 runtime += end - start
+                ends.append(runtime)
         if submit is None:
             yield NO_SUBMIT
         elif not started:
@@ -153,10 +166,12 @@ def scan(path: Path) -> Scan:
             yield ZERO_DURATION
         else:
             iterations, iteration_time = unit_iterations(runtime)
+            # Every attempt but the last ended in a failure Philly retried.
+            fail_at = failure_marks(ends[:-1], state == FAILED, runtime, iterations)
             yield Candidate(where, submit, state, {
                 "job_id": job_id, "tenant": tenant, "model": "unknown", "gpus": gpus,
                 "iterations": iterations, "iteration_time_s": iteration_time,
-                "duration_s": runtime}, _FIELDS, restarts=len(attempts) - 1)
+                "duration_s": runtime}, _FIELDS, restarts=len(attempts) - 1, fail_at=fail_at)
 
 
 FORMAT = StreamFormat(
@@ -164,6 +179,7 @@ FORMAT = StreamFormat(
     default_overhead="flat:30",
     scan=scan,
     assumptions=ASSUMPTIONS,
+    failures=FAILURES,
 )
 
 

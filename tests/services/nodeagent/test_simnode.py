@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.overhead import parse_overhead
@@ -16,15 +16,16 @@ from schemas.events import (
     Stop,
     envelope,
 )
+from schemas.job import JobSpec
 from services.nodeagent.simnode import SimNodeCore
-from services.runtime.effects import CancelTimer, Publish, SetTimer
+from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
 from tests.builders import make_job
 
 NODE = NodeSpec(node_id="n0", switch_id="s0", gpus=4)
 
 
-def _cmd(core: SimNodeCore, now: float, launches=(), stops=()):  # type: ignore[no-untyped-def]
-    body = NodeCommand(node_id="n0", cycle=1, launches=tuple(launches), stops=tuple(stops))
+def _cmd(core: SimNodeCore, now: float, launches=(), stops=(), cycle: int = 1):  # type: ignore[no-untyped-def]
+    body = NodeCommand(node_id="n0", cycle=cycle, launches=tuple(launches), stops=tuple(stops))
     return core.handle(envelope(body, event_id=f"c{now}", occurred_at=now, producer="t",
                                 causation_id=None), now)
 
@@ -141,3 +142,125 @@ def test_a_node_wants_a_cycle_exactly_when_the_cycle_would_cost_a_run_of_it_time
         assert _wants_cycle(core) == charged
         if not charged:
             assert _cycle(core, now) == []  # a cycle passed over would have changed nothing
+
+
+# -- recorded failures (`JobSpec.fail_at`) ---------------------------------------------------
+
+def _failing(marks: tuple[float, ...], seconds: int = 100) -> JobSpec:
+    return make_job("a").runs_for(seconds).build().model_copy(update={"fail_at": marks})
+
+
+def _timer(effects: list[Effect]) -> SetTimer:
+    (timer,) = effects
+    assert isinstance(timer, SetTimer)
+    return timer
+
+
+def _ended(effects: list[Effect]) -> JobFinished:
+    (pub,) = effects
+    assert isinstance(pub, Publish) and isinstance(pub.body, JobFinished)
+    return pub.body
+
+
+def _progress(effects: list[Effect]) -> dict[str, float]:
+    (status,) = [e.body for e in effects if isinstance(e, Publish)]
+    assert isinstance(status, NodeStatus)
+    return status.progress
+
+
+@pytest.mark.parametrize(("marks", "done", "timer_at", "reported", "permanent"), [
+    ((30.0, 70.0), 0.0, 30.0, 30.0, False),  # the first mark, then retried
+    ((30.0, 70.0), 30.0, 40.0, 70.0, False),  # resumed from the first: the next one
+    ((30.0, 70.0), 70.0, 30.0, None, False),  # past both marks: it completes
+    ((30.0, 100.0), 30.0, 70.0, 100.0, True),  # the last run fails at its end, for good
+    ((100.0,), 0.0, 100.0, 100.0, True),
+    ((30.0, 70.0), 29.5, 0.5, 30.0, False),  # preempted just short of a mark
+])
+def test_a_run_fails_at_its_next_recorded_mark(
+        marks: tuple[float, ...], done: float, timer_at: float, reported: float | None,
+        permanent: bool) -> None:
+    core = SimNodeCore(NODE, parse_overhead("none"))
+    timer = _timer(_cmd(core, 0.0, [_launch(_failing(marks), done=done)]))
+    assert timer.at == pytest.approx(timer_at)
+    ended = _ended(core.on_timer(("finish", "a"), timer.at))
+    if reported is None:
+        assert ended == JobFinished(job_id="a", node_id="n0", iterations_done=100.0)
+        return
+    assert ended.iterations_done == reported  # exactly the mark: the job resumes there
+    assert ended.permanent is permanent
+    assert ended.failure == (f"recorded failure: the trace's job failed here, at iteration "
+                             f"{reported:g} of 100")
+
+
+def test_a_recorded_failure_lets_the_job_run_here_again_a_completion_does_not() -> None:
+    core = SimNodeCore(NODE, parse_overhead("none"))
+    _cmd(core, 0.0, [_launch(_failing((30.0,)))])
+    core.on_timer(("finish", "a"), 30.0)
+    timer = _timer(_cmd(core, 40.0, [_launch(_failing((30.0,)), done=30.0)], cycle=2))
+    core.on_timer(("finish", "a"), timer.at)  # completed
+    assert _cmd(core, 200.0, [_launch(_failing((30.0,)), done=0.0)], cycle=3) == []
+
+
+def test_the_mark_timer_follows_the_overheads() -> None:
+    core = SimNodeCore(NODE, parse_overhead("flat:30"))
+    timer = _timer(_cmd(core, 0.0, [_launch(_failing((40.0,)))]))
+    assert timer.at == pytest.approx(30.0 + 40.0)  # the restart first, then 40 iterations
+
+
+def test_a_run_stopped_at_its_mark_reports_just_short_of_it() -> None:
+    """A stop handled at the mark's instant (before its timer): the failure has not happened
+    yet, so the next run still replays it."""
+    core = SimNodeCore(NODE, parse_overhead("none"))
+    _cmd(core, 0.0, [_launch(_failing((30.0, 70.0)))])
+    done = _progress(_cmd(core, 30.0, stops=[Stop(job_id="a", reason="preempted")],
+                          cycle=2))["a"]
+    assert done < 30.0 and done == pytest.approx(30.0)
+    timer = _timer(_cmd(core, 40.0, [_launch(_failing((30.0, 70.0)), done=done)], cycle=3))
+    assert timer.at == pytest.approx(40.0)
+    ended = _ended(core.on_timer(("finish", "a"), timer.at))
+    assert ended.iterations_done == 30.0 and ended.failure is not None
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), seconds=st.integers(1, 10_000), failed=st.booleans(),
+       overhead=st.sampled_from(["none", "flat:30", "muri"]))
+def test_a_job_with_marks_runs_exactly_its_recorded_time_before_its_outcome(
+        data: st.DataObject, seconds: int, failed: bool, overhead: str) -> None:
+    """Whatever the preemptions, a job is relaunched from what each run reported until it
+    completes or fails for good: its runs' useful time adds up to its recorded run time, it
+    fails once at each mark, and it ends failed exactly when its last mark is its end."""
+    inner = data.draw(st.lists(st.integers(1, max(1, seconds - 1)), unique=True, max_size=6)
+                      .map(sorted))
+    marks = tuple(float(m) for m in inner if m < seconds) + ((float(seconds),) if failed else ())
+    spec = make_job("a").model("a2c").runs_for(seconds).build()
+    if marks:
+        spec = spec.model_copy(update={"fail_at": marks})
+    model = parse_overhead(overhead)
+    core = SimNodeCore(NODE, model)
+    now, done, useful, cycle = 0.0, 0.0, 0.0, 0
+    reports: list[float] = []
+    for run in range(len(marks) + 6):
+        cycle += 1
+        timer = _timer(_cmd(core, now, [_launch(spec, done=done)], cycle=cycle))
+        ready = now + model.restart(spec, 2)
+        # Up to five preemptions anywhere in a run, then the runs go on undisturbed.
+        stop_at = data.draw(st.one_of(st.none(), st.floats(now, timer.at))) if run < 5 else None
+        if stop_at is not None and stop_at < timer.at:
+            cycle += 1
+            stopped = _cmd(core, stop_at, stops=[Stop(job_id="a", reason="preempted")],
+                           cycle=cycle)
+            useful += max(0.0, stop_at - ready)
+            done, now = _progress(stopped)["a"], stop_at
+            continue
+        ended = _ended(core.on_timer(("finish", "a"), timer.at))
+        useful += timer.at - ready
+        now, done = timer.at, ended.iterations_done
+        if ended.failure is None:
+            break
+        reports.append(ended.iterations_done)
+        if ended.permanent:
+            break
+    slow = model.iteration_time(spec, NODE.gpu_type, 2) / spec.iteration_time_s
+    assert useful == pytest.approx(seconds * slow, rel=1e-6, abs=1e-6)
+    assert tuple(reports) == marks
+    assert (bool(reports) and reports[-1] == seconds) is failed

@@ -9,6 +9,8 @@ from pydantic import BaseModel
 
 from schemas import subjects
 from schemas.events import (
+    STOP_GANG_FAILED,
+    STOP_GANG_FINISHED,
     CycleStarted,
     Envelope,
     GpuSlots,
@@ -19,6 +21,7 @@ from schemas.events import (
     Stop,
     envelope,
 )
+from services.nodeagent.gate import CommandGate
 from services.placer.core import DoubleBooking, PlacerCore
 from services.runtime.effects import Effect, Publish
 from services.runtime.service import RetryLater
@@ -179,6 +182,27 @@ def test_finish_frees_gpus_and_stops_the_other_nodes_of_a_gang(
     # The GPUs really are free: another job can be launched onto them.
     bind(core, launch("b", placement), cycle=2)
     assert core.bound["b"] == placement
+
+
+@pytest.mark.parametrize(("failure", "reason"), [
+    (None, STOP_GANG_FINISHED),
+    ("rank 0 exited with 1", STOP_GANG_FAILED),
+    ("recorded failure: the trace's job failed here, at iteration 30 of 100", STOP_GANG_FAILED),
+])
+def test_a_gang_whose_run_failed_is_not_finished_on_its_other_nodes(
+        failure: str | None, reason: str) -> None:
+    """Its followers stop, and only a completed job is done there for good: a failed one may
+    be retried on them (their agents would refuse a job "finished" there)."""
+    core = placer()
+    bind(core, launch("a", (("n0", (0, 1, 2, 3)), ("n1", (0,)))))
+    effects = core.handle(env(JobFinished(job_id="a", node_id="n0", iterations_done=30,
+                                          failure=failure)), 5.0)
+    (cmd,) = commands(effects).values()
+    assert [(s.job_id, s.reason) for s in cmd.stops] == [("a", reason)]
+    gate = CommandGate()
+    gate.admit(cmd)
+    relaunch = NodeCommand(node_id="n1", cycle=2, launches=(launch("a", (("n0", (0,)),)),))
+    assert (gate.admit(relaunch) is None) is (failure is None)
 
 
 def test_finish_of_an_unknown_job_is_ignored() -> None:

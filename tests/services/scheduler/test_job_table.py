@@ -80,6 +80,16 @@ def test_every_bundled_format_s_specs_survive_packing(trace: str) -> None:
         assert JobSpec.model_validate_json(spec.model_dump_json(exclude_defaults=True)) == spec
 
 
+@pytest.mark.parametrize("marks", [(100.0,), (1 / 3, 50.0, 100.0), (99.99999999999999,)])
+def test_a_spec_that_replays_failures_survives_packing(marks: tuple[float, ...]) -> None:
+    spec = make_job("j").build().model_copy(update={"fail_at": marks})
+    spec = JobSpec.model_validate(spec.model_dump())  # checked, as a reader builds it
+    table = JobTable()
+    _finished(table, spec)
+    table.pack_ended()
+    assert table["j"].spec == spec and table["j"].spec.fail_at == marks
+
+
 @settings(max_examples=200, deadline=None)
 @given(iterations=st.integers(1, 10**12), step=st.floats(1e-9, 1e6, allow_nan=False),
        submit=st.floats(0, 1e11, allow_nan=False), gpus=st.integers(1, 4096),

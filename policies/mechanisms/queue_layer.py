@@ -1,0 +1,60 @@
+"""The queue layer across cycles: each queue's decayed usage and each cycle's gate.
+
+What a queue reserves in a cycle counts as held until the next cycle, which brings the usage up
+to its time (`policies.mechanisms.fairshare`). The usage lives here, in the scheduler's memory:
+a replay of the event log reproduces it; a scheduler rebuilt after a crash starts it from zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from policies.mechanisms.admission import TenantGate
+from policies.mechanisms.fairshare import Usage
+from policies.mechanisms.queues import QueueGate
+from policies.mechanisms.quota import Book
+from schemas.tenants import TenantsConfig
+
+if TYPE_CHECKING:
+    from policies.base import Fitter, Snapshot
+
+
+class QueueLayer:
+    """The queue layer across cycles: the file's queues, their decayed usage (what each queue
+    reserved in a cycle counts as held until the next), and each gate in turn."""
+
+    def __init__(self, config: TenantsConfig) -> None:
+        self.book = Book.of(config)
+        self._capacity = self.book.capacity()
+        self.usage = Usage()
+        self._last: QueueGate | None = None
+        self._replanned_at: float | None = None  # the instant a gate last asked to re-plan
+
+    def gate(self, fit: Fitter, snap: Snapshot) -> QueueGate:
+        last = self._last
+        if last is not None and last.wakeup_at == last.now:
+            self._replanned_at = last.now
+        held: Mapping[str, float] = {} if last is None else last.reserved
+        self.usage = self.usage.advance(snap.now, held, self.book.half_life_s)
+        running = {jid for jid, v in snap.jobs.items() if v.running}
+        types = {} if last is None else {j: t for j, t in last.types.items() if j in running}
+        inner = TenantGate(fit, snap, self.book.config, groups=self.book.queue_of,
+                           capacity=self._capacity)
+        self._last = QueueGate(inner, snap, self.book, self.usage, types,
+                               may_replan=self._replanned_at != snap.now)
+        return self._last
+
+
+class AdmissionStep:
+    """The admission step a scheduler keeps for a run with a tenants file: each cycle's gate
+    (the tenant rules alone, or the queues' around them when the file has queues)."""
+
+    def __init__(self, config: TenantsConfig) -> None:
+        self.config = config
+        self.queues = QueueLayer(config) if config.queues else None
+
+    def gate(self, fit: Fitter, snap: Snapshot) -> TenantGate | QueueGate:
+        if self.queues is None:
+            return TenantGate(fit, snap, self.config)
+        return self.queues.gate(fit, snap)
