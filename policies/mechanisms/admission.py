@@ -76,7 +76,39 @@ def submit_refusal(config: TenantsConfig, spec: JobSpec, waiting: int) -> str | 
             f"(max_queued = {cap})")
 
 
-class TenantGate:
+class FitterGate:
+    """A fitter in front of another: reservations go through to `inner` unless the gate
+    refuses them, and `explain` then gives the gate's last refusal. A gate's refusals depend
+    on the job, not only on the gang's size, so it is neither monotone nor fails by size."""
+
+    def __init__(self, inner: Fitter) -> None:
+        self._inner = inner
+        self.monotone = False
+        self.fails_by_size = False
+        self._last_refusal: str | None = None
+
+    @property
+    def free_gpus(self) -> int:
+        return self._inner.free_gpus
+
+    @free_gpus.setter
+    def free_gpus(self, value: int) -> None:  # the Fitter protocol declares it a variable
+        self._inner.free_gpus = value
+
+    @property
+    def scheme(self) -> Scheme:
+        return self._inner.scheme
+
+    def free_of(self, gpu_type: str) -> int:
+        return self._inner.free_of(gpu_type)
+
+    def explain(self, gpus: int) -> str:
+        if self._last_refusal is not None:
+            return self._last_refusal
+        return self._inner.explain(gpus)
+
+
+class TenantGate(FitterGate):
     """The policy's fitter for one cycle, refusing what a tenant is not entitled to."""
 
     # Set by the queue layer (policies.mechanisms.queues); tenants alone reclaim nothing.
@@ -88,11 +120,9 @@ class TenantGate:
                  capacity: Mapping[str, float] | None = None) -> None:
         """`groups` (tenant → group, with queues: its queue) splits fair share: tenants
         share their group's `capacity` and are owed only against their own group."""
-        self._inner = inner
+        super().__init__(inner)  # a tenant's quota refuses one job and takes another
         self._config = config
         self._specs = {jid: v.spec for jid, v in snap.jobs.items()}
-        self.monotone = False
-        self.fails_by_size = False  # a tenant's quota refuses one job and takes another
         self.used: Counter[str] = Counter()
         self._kept: dict[str, int] = {}  # running at the cycle's start, not yet re-reserved
         self._waiting: Counter[str] = Counter()  # per tenant: its jobs not yet started
@@ -119,28 +149,6 @@ class TenantGate:
                 cap = (capacity or {}).get(g, snap.cluster.total_gpus)
                 self.shares |= weighted_shares(cap, mine, {t: weights[t] for t in mine})
         self.held: dict[str, Status] = {}  # refused this cycle, with why
-        self._last_refusal: str | None = None
-
-    # -- the Fitter protocol, delegated ------------------------------------------------------
-    @property
-    def free_gpus(self) -> int:
-        return self._inner.free_gpus
-
-    @free_gpus.setter
-    def free_gpus(self, value: int) -> None:  # the Fitter protocol declares it a variable
-        self._inner.free_gpus = value
-
-    @property
-    def scheme(self) -> Scheme:
-        return self._inner.scheme
-
-    def free_of(self, gpu_type: str) -> int:
-        return self._inner.free_of(gpu_type)
-
-    def explain(self, gpus: int) -> str:
-        if self._last_refusal is not None:
-            return self._last_refusal
-        return self._inner.explain(gpus)
 
     def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,
                   within: Collection[str] | None = None) -> GpuSlots | None:

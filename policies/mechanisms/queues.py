@@ -37,8 +37,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
-from domain.placement import Scheme
-from policies.mechanisms.admission import TenantGate
+from policies.mechanisms.admission import FitterGate, TenantGate
 from policies.mechanisms.fairshare import Usage, order_key
 from policies.mechanisms.quota import Book
 from policies.mechanisms.reclaim import Candidate, choose, may_reclaim
@@ -54,19 +53,19 @@ DECIDED_BY = "queues"
 Key = tuple[str, str]  # (queue, resource)
 
 
-class QueueGate:
+class QueueGate(FitterGate):
     """The policy's fitter for one cycle under the queues' rules (see module docstring)."""
+
+    _inner: TenantGate
 
     def __init__(self, inner: TenantGate, snap: Snapshot, book: Book, usage: Usage,
                  types: Mapping[str, str], may_replan: bool = True) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.now = snap.now
         self._may_replan = may_replan
         self._book = book
         self._usage = usage
         self._specs = {jid: v.spec for jid, v in snap.jobs.items()}
-        self.monotone = False
-        self.fails_by_size = False
         self._node_type = {n.node_id: n.gpu_type for n in snap.cluster.nodes}
         # The most each queue may hold of each resource when the cycle ends: what it held as
         # it began (less reclaim victims), grown only by reservations the rules allowed. Its
@@ -83,7 +82,6 @@ class QueueGate:
         self._reclaim_at: float | None = None  # when a job kept from reclaim comes of age
         self.reserved: Counter[str] = Counter()  # queue → GPUs reserved this cycle
         self.types: dict[str, str] = {}  # job → the GPU type it was reserved on
-        self._last_refusal: str | None = None
         # Refusals since the last reservation, by (queue, resource, GPUs): nothing they
         # depend on changes in between, and a long queue asks the same question many times.
         self._asked: dict[tuple[str, str, int], Status | None] = {}
@@ -103,27 +101,6 @@ class QueueGate:
                 r = self._hint[jid] = self._waiting_resource(q, view.spec)
                 self._waiting.setdefault(q, Counter())[r, view.gpus] += 1
         self._reclaim(snap, running)
-
-    # -- the Fitter protocol, delegated ------------------------------------------------------
-    @property
-    def free_gpus(self) -> int:
-        return self._inner.free_gpus
-
-    @free_gpus.setter
-    def free_gpus(self, value: int) -> None:
-        self._inner.free_gpus = value
-
-    @property
-    def scheme(self) -> Scheme:
-        return self._inner.scheme
-
-    def free_of(self, gpu_type: str) -> int:
-        return self._inner.free_of(gpu_type)
-
-    def explain(self, gpus: int) -> str:
-        if self._last_refusal is not None:
-            return self._last_refusal
-        return self._inner.explain(gpus)
 
     def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,
                   within: Collection[str] | None = None) -> GpuSlots | None:
