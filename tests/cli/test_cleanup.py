@@ -63,7 +63,9 @@ def test_a_signal_removes_the_temporary_folders(command: str, sig: signal.Signal
             proc.wait()
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert "Traceback" not in err, err
-    assert rc != 0
+    # The demo reports the signal (128 + n); `loom up` drains its services and exits 0 once
+    # they were up, 130 when the signal cut their start short.
+    assert rc in ((128 + int(sig),) if command == "demo" else (0, 130)), (rc, err)
     assert _ours(tmp_path) == []
 
 
