@@ -59,7 +59,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -134,6 +134,9 @@ class FairnessLp:
     solvers: Sequence[str] = SOLVERS
     stats: LpStats = field(default_factory=LpStats)
     _cache: dict[int, _Compiled] = field(default_factory=dict)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FairnessLp:
+        return FairnessLp(self.solvers)  # as `lp.CompiledCache.__deepcopy__`, and why
 
     def compiled(self, size: int) -> _Compiled:
         hit = self._cache.get(size)

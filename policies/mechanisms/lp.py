@@ -92,6 +92,12 @@ class CompiledCache(Generic[P]):
         made = self._cache[shape] = self.build(shape)
         return made
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> CompiledCache[P]:
+        """A copy (in a forecast's fork of the policy) compiles its own problems and counts
+        its own solves: a compiled problem holds its solver's native handles, which cannot be
+        copied, and sharing one would let the copy's solves warm-start the original's."""
+        return CompiledCache(self.build)
+
 
 def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str]
                 ) -> tuple[FloatArray | None, str]:

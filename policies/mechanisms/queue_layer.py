@@ -7,7 +7,9 @@ a replay of the event log reproduces it; a scheduler rebuilt after a crash start
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from policies.mechanisms.admission import TenantGate
@@ -20,6 +22,21 @@ if TYPE_CHECKING:
     from policies.base import Fitter, Snapshot
 
 
+@dataclass(frozen=True)
+class _Carried:
+    """What a cycle's gate leaves the next one: when it ran, whether it asked to re-plan at
+    that instant, and what each queue and job reserved."""
+
+    now: float
+    wakeup_at: float | None
+    reserved: Mapping[str, float]
+    types: Mapping[str, str]
+
+    @classmethod
+    def of(cls, gate: QueueGate) -> _Carried:
+        return cls(gate.now, gate.wakeup_at, dict(gate.reserved), dict(gate.types))
+
+
 class QueueLayer:
     """The queue layer across cycles: the file's queues, their decayed usage (what each queue
     reserved in a cycle counts as held until the next), and each gate in turn."""
@@ -28,11 +45,12 @@ class QueueLayer:
         self.book = Book.of(config)
         self._capacity = self.book.capacity()
         self.usage = Usage()
-        self._last: QueueGate | None = None
+        self._last: QueueGate | None = None  # filled in while the policy plans
+        self._carried: _Carried | None = None  # or, in a fork, what it had left
         self._replanned_at: float | None = None  # the instant a gate last asked to re-plan
 
     def gate(self, fit: Fitter, snap: Snapshot) -> QueueGate:
-        last = self._last
+        last = self._previous()
         if last is not None and last.wakeup_at == last.now:
             self._replanned_at = last.now
         held: Mapping[str, float] = {} if last is None else last.reserved
@@ -41,9 +59,19 @@ class QueueLayer:
         types = {} if last is None else {j: t for j, t in last.types.items() if j in running}
         inner = TenantGate(fit, snap, self.book.config, groups=self.book.queue_of,
                            capacity=self._capacity)
-        self._last = QueueGate(inner, snap, self.book, self.usage, types,
-                               may_replan=self._replanned_at != snap.now)
+        self._last, self._carried = QueueGate(inner, snap, self.book, self.usage, types,
+                                              may_replan=self._replanned_at != snap.now), None
         return self._last
+
+    def fork(self) -> QueueLayer:
+        """A copy that goes on from here without touching this one (a forecast's): the book
+        shared (read only), the last gate's outcome copied, not the gate."""
+        twin = copy.copy(self)
+        twin._last, twin._carried = None, self._previous()
+        return twin
+
+    def _previous(self) -> _Carried | None:
+        return self._carried if self._last is None else _Carried.of(self._last)
 
 
 class AdmissionStep:
@@ -58,3 +86,10 @@ class AdmissionStep:
         if self.queues is None:
             return TenantGate(fit, snap, self.config)
         return self.queues.gate(fit, snap)
+
+    def fork(self) -> AdmissionStep:
+        """A copy for a forecast to play forward (the tenant rules keep nothing across
+        cycles; the queues keep their usage and the last cycle's reservations)."""
+        twin = copy.copy(self)
+        twin.queues = None if self.queues is None else self.queues.fork()
+        return twin

@@ -29,8 +29,8 @@ from domain import causes
 from domain.overhead import OverheadModel, parse_overhead
 from domain.placement import CyclePlacement, Scheme
 from domain.topology import Topology
-from policies.base import Fitter, JobView, Plan, Policy, Replan, Snapshot
-from policies.mechanisms.admission import TenantGate
+from policies.base import JobView, Plan, Policy, Replan, Snapshot
+from policies.mechanisms.queue_layer import AdmissionStep
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobState
@@ -82,6 +82,8 @@ class ForecastInput:
     overhead: OverheadModel = field(default_factory=lambda: parse_overhead("none"))
     profile: ThroughputTable | None = None
     tenants: TenantsConfig | None = None
+    # The tenant and queue rules with the queues' decayed usage (a copy); None: from `tenants`.
+    admission: AdmissionStep | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,9 @@ class _Forward:
         self.starts: dict[str, float | None] = {}
         self.fit = inp.fit
         self.moves = set(inp.moves)
+        self.admission = inp.admission
+        if self.admission is None and inp.tenants is not None:
+            self.admission = AdmissionStep(inp.tenants)
         t = inp.timing
         self.cycle_at, self.wakeup_at, self.tick_at = t.cycle_at, t.wakeup_at, t.tick_at
         self.last_cycle_at = t.last_cycle_at
@@ -241,9 +246,14 @@ class _Forward:
         fit = self._placement(scheme, in_place)
         if in_place:
             snap = replace(snap, in_place=True)
-        fitter: Fitter = fit if self.inp.tenants is None else \
-            TenantGate(fit, snap, self.inp.tenants)
-        self._apply(self.policy.plan(snap, fitter), t)
+        if self.admission is None:
+            self._apply(self.policy.plan(snap, fit), t)
+            return
+        gate = self.admission.gate(fit, snap)  # queues: reclaim, borrowing, fair share
+        plan = self.policy.plan(snap, gate)
+        if gate.wakeup_at is not None:  # a reclaim waiting for a job to come of age
+            plan.wakeup_at = min(plan.wakeup_at or math.inf, gate.wakeup_at)
+        self._apply(plan, t)
 
     def _placement(self, scheme: Scheme, in_place: bool) -> CyclePlacement:
         """`SchedulerCore._placement`, on the forecast's copy."""

@@ -73,6 +73,7 @@ def capture(core: SchedulerCore, now: float) -> ForecastInput:
             shared[id(obj)] = obj
     policy = copy.deepcopy(core.policy, dict(shared))
     fit = None if core.fit is None else copy.deepcopy(core.fit, dict(shared))
+    admission = None if core.admission is None else core.admission.fork()
     lost = core.faults.lost
     return ForecastInput(
         now=now, cluster=core.cluster, topology=core.topology, policy=policy, jobs=jobs,
@@ -82,7 +83,8 @@ def capture(core: SchedulerCore, now: float) -> ForecastInput:
                       cycle_at=core.cycle_at, wakeup_at=core.wakeup_at, tick_at=core.tick_at),
         scheme=config.placement, fit=fit, moves=set(core.jobs.pending_moves()),
         cordoned=frozenset(core.drained | lost if lost else core.drained),
-        overhead=config.overhead, profile=config.profile, tenants=config.tenants)
+        overhead=config.overhead, profile=config.profile, tenants=config.tenants,
+        admission=admission)
 
 
 def make(core: SchedulerCore, now: float) -> Forecast | None:

@@ -16,6 +16,7 @@ from domain.overhead import parse_overhead
 from policies.fifo import Fifo
 from schemas.events import JobFinished, StartForecast, envelope
 from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.tenants import parse_tenants
 from services.runtime.effects import Effect, Publish
 from services.scheduler import forecasting
 from services.scheduler.config import SchedulerConfig
@@ -251,6 +252,32 @@ def test_with_every_job_known_the_forecast_is_the_start(
         assert errors["mean"] is not None and errors["mean"] < 1e-6
 
 
+QUEUES = parse_tenants({
+    "cohorts": {"lab": {"half_life_s": 600}},
+    "queues": {"a": {"cohort": "lab", "tenants": ["a"], "nominal": 8, "min_runtime_s": 50},
+               "b": {"cohort": "lab", "tenants": ["b"], "nominal": 6, "borrowing_limit": 4},
+               "c": {"cohort": "lab", "tenants": ["c"], "nominal": 2, "lending_limit": 1}},
+}, "queues.toml")
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=workloads, policy=st.sampled_from(["fifo", "srtf", "tiresias"]))
+def test_under_queues_with_every_job_known_the_forecast_is_the_start(
+        rows: list[tuple[int, int]], policy: str) -> None:
+    """The forecast plays the queue layer forward too (borrowing, claims, fair share on decayed
+    usage, reclaim): with no later arrivals each forecast is the start."""
+    jobs = [make_job(f"j{i:02d}").tenant("abc"[i % 3]).gpus(g).runs_for(s).build()
+            for i, (g, s) in enumerate(rows)]
+    out = simulate(jobs, policy, cluster(2, 8), tenants=QUEUES, forecast_every_s=0.0)
+    errors = out.summary["forecast_error_s"]
+    if errors is None:
+        assert not [j for j in out.jobs if j.queueing_s]
+        return
+    assert isinstance(errors, dict) and errors["unforecast"] == 0
+    if errors["forecasts"]:
+        assert errors["p90"] is not None and errors["p90"] < 1e-6
+
+
 def test_forecasting_changes_no_decision_of_a_simulation() -> None:
     """Forecasts on (after every cycle) or off: the same digest, over arrivals spread in time."""
     jobs = [make_job(f"j{i}").gpus(1 + i % 4).runs_for(100 + 53 * i).submit(17.0 * i).build()
@@ -265,6 +292,20 @@ def test_forecasting_changes_no_decision_of_a_simulation() -> None:
         # Later arrivals cut in (srtf, tiresias) or not (fifo: a later arrival ranks last).
         assert errors["median"] is not None and errors["median"] >= 0
         assert errors["p90"] is not None and errors["p90"] >= errors["median"]
+
+
+@pytest.mark.parametrize("policy", sorted(policies.REGISTRY))
+def test_every_policy_forecasts_and_decides_as_without(policy: str) -> None:
+    """Every registered policy forks (those holding compiled LPs with an empty problem cache)
+    and forecasts after every cycle without a decision changing."""
+    jobs = [make_job(f"j{i}").gpus(1 + i % 4).runs_for(100 + 50 * i).submit(10.0 * i).build()
+            for i in range(12)]
+    off = simulate(jobs, policy, cluster(1, 4)).summary
+    on = simulate(jobs, policy, cluster(1, 4), forecast_every_s=0.0).summary
+    assert on["decision_digest"] == off["decision_digest"]
+    errors = on["forecast_error_s"]
+    if errors is not None:  # None: no job of this workload waited under the policy
+        assert isinstance(errors, dict) and errors["forecasts"] > 0, errors
 
 
 @settings(max_examples=50, deadline=None)
