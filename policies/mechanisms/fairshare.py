@@ -24,7 +24,7 @@ here reads a clock, so a replay reproduces every number.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -62,6 +62,18 @@ def accrue(usage: float, gpus: float, dt: float, half_life_s: float) -> float:
         return usage + gpus * dt
     keep = math.pow(2.0, -dt / half_life_s)
     return usage * keep + gpus * (half_life_s / _LN2) * (1.0 - keep)
+
+
+def from_runs(runs: Iterable[tuple[str, float, float, float]], now: float,
+              half_life_s: Mapping[str, float]) -> Usage:
+    """Usage at `now` from what each queue held: (queue, GPUs, from, to) runs, each decayed
+    from its end to `now` (a scheduler rebuilt from its recorded transitions)."""
+    out: dict[str, float] = {}
+    for queue, gpus, start, end in runs:
+        h = half_life_s.get(queue, math.inf)
+        held = accrue(0.0, gpus, end - start, h)
+        out[queue] = out.get(queue, 0.0) + accrue(held, 0.0, now - end, h)
+    return Usage(now, MappingProxyType({q: out[q] for q in sorted(out)}))
 
 
 def order_key(queue: str, usage: float, weight: float, priority: int) -> tuple[int, float, str]:

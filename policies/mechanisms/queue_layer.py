@@ -2,16 +2,18 @@
 
 What a queue reserves in a cycle counts as held until the next cycle, which brings the usage up
 to its time (`policies.mechanisms.fairshare`). The usage lives here, in the scheduler's memory:
-a replay of the event log reproduces it; a scheduler rebuilt after a crash starts it from zero.
+a replay of the event log reproduces it, and a scheduler rebuilt after a crash or a failover
+recomputes it from its recorded runs (`restore`).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from policies.mechanisms import fairshare
 from policies.mechanisms.admission import TenantGate
 from policies.mechanisms.fairshare import Usage
 from policies.mechanisms.queues import QueueGate
@@ -62,6 +64,14 @@ class QueueLayer:
         self._last, self._carried = QueueGate(inner, snap, self.book, self.usage, types,
                                               may_replan=self._replanned_at != snap.now), None
         return self._last
+
+    def restore(self, runs: Iterable[tuple[str, float, float, float]], now: float) -> None:
+        """Usage from the recorded runs of the queues' jobs: (tenant, GPUs, from, to); runs
+        of tenants in no queue are left out."""
+        queue_of = self.book.queue_of
+        self.usage = fairshare.from_runs(
+            ((queue_of[t], g, a, b) for t, g, a, b in runs if t in queue_of), now,
+            self.book.half_life_s)
 
     def fork(self) -> QueueLayer:
         """A copy that goes on from here without touching this one (a forecast's): the book

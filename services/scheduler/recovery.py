@@ -60,6 +60,7 @@ def rebuild(core: SchedulerCore, history: Sequence[Recorded], now: float) -> lis
     returns what to publish and arm on going live: repairs for a plan whose transitions were
     not stored before the crash, and a cycle."""
     last_transition: dict[str, int] = {}
+    runs = _Runs()
     launches: dict[str, _Launched] = {}
     stops: dict[str, int] = {}
     policy: str | None = None
@@ -68,6 +69,7 @@ def rebuild(core: SchedulerCore, history: Sequence[Recorded], now: float) -> lis
         if isinstance(body, JobTransitionV1):  # either version
             if core.jobs.restore(body, at):
                 last_transition[body.job_id] = rec.seq
+                runs.add(body, core.jobs[body.job_id].spec.tenant, at)
         elif isinstance(body, PlanDecided):
             core.cycle = max(core.cycle, body.cycle)
             for launch in body.launches:
@@ -83,6 +85,8 @@ def rebuild(core: SchedulerCore, history: Sequence[Recorded], now: float) -> lis
             policy = _apply_operator(core, body) or policy
     if policy is not None and policy != core.policy.name:
         core.switch_policy(policy)
+    if core.admission is not None and core.admission.queues is not None:
+        core.admission.queues.restore(runs.until(now), now)  # the queues' fair share
     effects = _repair(core, last_transition, launches, stops, now)
     launched = {jid: (x.at, x.group) for jid, x in launches.items()}
     for jid, job in core.jobs.items():  # launched at its last RUNNING transition
@@ -93,6 +97,25 @@ def rebuild(core: SchedulerCore, history: Sequence[Recorded], now: float) -> lis
              running=sum(r.state is JobState.RUNNING for r in core.jobs.values()),
              repaired=len(effects) - 1)
     return effects
+
+
+class _Runs:
+    """Each job's runs on its GPUs, from its transitions: (tenant, GPUs, from, to)."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[str, float, float, float]] = []
+        self._open: dict[str, tuple[str, float, float]] = {}  # job → (tenant, GPUs, since)
+
+    def add(self, t: JobTransitionV1, tenant: str, at: float) -> None:
+        began = self._open.pop(t.job_id, None)
+        if began is not None:  # it leaves its GPUs (a migration takes new ones)
+            self.ended.append((*began, at))
+        if t.state is JobState.RUNNING:
+            self._open[t.job_id] = (tenant, float(sum(len(g) for _, g in t.placement)), at)
+
+    def until(self, now: float) -> list[tuple[str, float, float, float]]:
+        """The ended runs, and the open ones up to `now`."""
+        return self.ended + [(*began, now) for began in self._open.values()]
 
 
 def _apply_operator(core: SchedulerCore, cmd: OperatorCommand) -> str | None:

@@ -10,6 +10,7 @@ import pytest
 from schemas import subjects
 from schemas.events import JobFinished, JobTransition, PlanDecided, envelope
 from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.tenants import TenantsConfig, parse_tenants
 from services.runtime.effects import Effect, Publish, SetTimer
 from services.runtime.service import Recorded
 from services.scheduler.build import build_scheduler
@@ -65,11 +66,18 @@ def progress(core: SchedulerCore) -> dict[str, float]:
     return {jid: round(r.iterations_done, 6) for jid, r in core.jobs.items()}
 
 
-def history(policy: str) -> Run:
-    run = Run(build_scheduler(policy, cluster(2, 4)))
+QUEUES = parse_tenants({
+    "cohorts": {"lab": {"half_life_s": 50}},
+    "queues": {"a": {"cohort": "lab", "tenants": ["a"], "nominal": 6},
+               "b": {"cohort": "lab", "tenants": ["b"], "nominal": 2}},
+}, "queues.toml")
+
+
+def history(policy: str, tenants: TenantsConfig | None = None) -> Run:
+    run = Run(build_scheduler(policy, cluster(2, 4), tenants=tenants))
     for i, gpus in enumerate((4, 2, 2, 4, 1, 8)):
-        run.submit(make_job(f"j{i}").gpus(gpus).runs_for(100 * (6 - i)).submit(i).build(),
-                   float(i))
+        run.submit(make_job(f"j{i}").gpus(gpus).runs_for(100 * (6 - i)).submit(i)
+                   .tenant("ab"[i % 2]).build(), float(i))
     run.cycle(5.0)
     run.submit(make_job("late").gpus(1).runs_for(10).submit(20).build(), 20.0)  # may preempt
     run.cycle(20.0)
@@ -99,6 +107,22 @@ def test_rebuilt_table_and_next_decision_match(policy: str) -> None:
     assert rebuilt == original
     assert table(fresh) == table(run.core)
     assert progress(fresh) == progress(run.core)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf"])
+def test_a_rebuilt_scheduler_recomputes_the_queues_decayed_usage(policy: str) -> None:
+    """Fair share survives a crash or failover: the usage a rebuilt scheduler computes from
+    the recorded runs is the one the scheduler it replaces had, brought to the same time."""
+    run = history(policy, QUEUES)
+    fresh = build_scheduler(policy, cluster(2, 4), tenants=QUEUES)
+    fresh.rebuild(run.stream, 40.0)
+    layer, rebuilt = run.core.admission.queues, fresh.admission.queues  # type: ignore[union-attr]
+    assert layer is not None and rebuilt is not None and layer._last is not None
+    expected = layer.usage.advance(40.0, layer._last.reserved, layer.book.half_life_s)
+    assert set(rebuilt.usage.gpu_s) == {"a", "b"} and rebuilt.usage.at == 40.0
+    for queue in ("a", "b"):
+        assert rebuilt.usage.of(queue) > 0
+        assert rebuilt.usage.of(queue) == pytest.approx(expected.of(queue), rel=1e-9)
 
 
 def test_a_plan_stored_without_its_transitions_is_repaired() -> None:
