@@ -29,6 +29,11 @@ most 8); a job without a scaling table runs at its requested size or not at all.
 Placement is by count (ElasticFlow's buddy allocation never fails to place what its planner
 gives: power-of-two gangs on power-of-two nodes, so only the count matters here).
 
+Under a tenants file or queues the planner still plans the whole cluster, and the admission
+step may refuse a job it gave GPUs to; the jobs left waiting are then planned again into the
+GPUs left, until none is refused (`_replan_refused`), so a refusal never idles GPUs and a
+queue reclaiming its quota gets its jobs planned. Without such rules nothing changes.
+
 What differs from the artifact is the simulator around the planner: Loom ends a job when its
 work is done, not at its slot-aligned planned end, charges overheads by its own model, and
 judges a deadline by the simulated end where the artifact takes the planned one.
@@ -122,6 +127,59 @@ class ElasticFlow(Policy):
                declined: dict[str, str]) -> Plan:
         plan = Plan(declined=declined)
         self._status = {}
+        refused = self._reserve(snap, fit, jobs, plan)
+        final, timed = jobs, jobs
+        if refused and not fit.fails_by_size:
+            final, timed = self._replan_refused(snap, fit, jobs, plan)
+        waiting = (g for g in final if not g.gpus)
+        for position, g in enumerate(waiting, start=1):
+            starts = g.next_change
+            reason = ("its plan starts it when the GPUs free up" if starts is None else
+                      f"its plan starts it at t={starts:g}")
+            self._status[g.need.job_id] = Status(
+                code=StatusCode.WAITING_FOR_PRIORITY, reason=reason, decided_by=self.name,
+                queue_position=position)
+        changes = [g.next_change for g in timed if g.next_change is not None]
+        plan.wakeup_at = min(changes) if changes else None
+        plan.free_gpus = fit.free_gpus
+        return plan
+
+    def _replan_refused(self, snap: Snapshot, fit: Fitter, jobs: list[Allotted], plan: Plan
+                        ) -> tuple[list[Allotted], list[Allotted]]:
+        """A fitter with per-job rules (tenant quotas, the queue layer) refused jobs the
+        planner gave GPUs to, GPUs it gave no one else: they would idle while jobs wait, and a
+        queue reclaiming its quota would never get it (its jobs were planned at 0). So the
+        jobs still waiting are planned again into the GPUs left, until none is refused. A
+        placer's own fitter fails by size alone, so runs without such rules never come here.
+
+        Returns every job's last allotment, and those whose plans set the next wakeup: the
+        last plan's, made into the GPUs left without a refused job. A plan that gave GPUs to
+        a refused job is not enacted, and the changes it foresaw for everyone (a refused
+        job's end, what starts or shrinks then) would wake the scheduler every few slots for
+        nothing, cycle after cycle; the jobs that do run end with an event, which re-plans."""
+        final: list[Allotted] = jobs
+        timed: list[Allotted] = []
+        refused = True
+        while refused:
+            free = fit.free_gpus
+            # Only jobs that fit in what is left: the planner assumes every job fits its total.
+            waiting = sorted((g.need for g in final if not g.gpus and g.need.levels[0] <= free),
+                             key=lambda n: n.deadline)
+            if not waiting:
+                break
+            again = planner_for(waiting).plan_cycle(
+                waiting, snap.now, free, self.slot_s,
+                descending=self.leftover_order == "descending")
+            assert again is not None  # not an admission check: always a plan
+            again.sort(key=lambda g: -g.gpus)
+            refused = self._reserve(snap, fit, again, plan)
+            replanned = {n.job_id for n in waiting}
+            final = [g for g in final if g.need.job_id not in replanned] + again
+            timed = [] if refused else again
+        return final, timed
+
+    def _reserve(self, snap: Snapshot, fit: Fitter, jobs: list[Allotted], plan: Plan) -> bool:
+        """Reserve the jobs' planned GPUs into `plan`; whether any was refused."""
         # Jobs keeping their GPU count first, so they keep their GPUs (no restart).
         keep: list[Allotted] = []
         change: list[Allotted] = []
@@ -129,6 +187,7 @@ class ElasticFlow(Policy):
             if g.gpus:
                 same = snap.jobs[g.need.job_id].allocated == g.gpus
                 (keep if same else change).append(g)
+        refused = False
         for g in keep + change:
             jid = g.need.job_id
             slots = None
@@ -142,20 +201,10 @@ class ElasticFlow(Policy):
                 self._status[jid] = Status(
                     code=StatusCode.WAITING_FOR_CONSOLIDATED_GPUS, reason=fit.explain(g.gpus),
                     decided_by=self.name)
+                refused = True
                 continue
             plan.run[jid] = slots
-        waiting = (g for g in jobs if not g.gpus)
-        for position, g in enumerate(waiting, start=1):
-            starts = g.next_change
-            reason = ("its plan starts it when the GPUs free up" if starts is None else
-                      f"its plan starts it at t={starts:g}")
-            self._status[g.need.job_id] = Status(
-                code=StatusCode.WAITING_FOR_PRIORITY, reason=reason, decided_by=self.name,
-                queue_position=position)
-        changes = [g.next_change for g in jobs if g.next_change is not None]
-        plan.wakeup_at = min(changes) if changes else None
-        plan.free_gpus = fit.free_gpus
-        return plan
+        return refused
 
     def waiting_status(self, job_id: str) -> Status:
         return self._status.get(job_id, Status(

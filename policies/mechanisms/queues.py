@@ -75,6 +75,9 @@ class QueueGate(FitterGate):
         self.used: Counter[Key] = Counter()
         self._holds: Counter[Key] = Counter()  # reserved in this walk, running jobs included
         self._kept: dict[str, tuple[str, int]] = {}  # running job → (resource, GPUs)
+        # GPUs of each queue's running jobs the walk has not re-reserved yet (nor reclaimed).
+        self._unwalked: Counter[Key] = Counter()
+        self._since: dict[str, float] = {}  # running job → when its run began
         self._waiting: dict[str, Counter[tuple[str, int]]] = {}  # queue → (resource, size) → jobs
         self._hint: dict[str, str] = {}  # waiting job → the resource it counts against
         self.held: dict[str, Status] = {}
@@ -94,6 +97,8 @@ class QueueGate(FitterGate):
                 r = self._running_resource(q, view.spec, types.get(jid))
                 self.used[q, r] += view.allocated
                 self._kept[jid] = (r, view.allocated)
+                self._unwalked[q, r] += view.allocated
+                self._since[jid] = view.run_since if view.run_since is not None else snap.now
                 running.append(view)
         for jid, view in snap.jobs.items():  # hints need the running jobs counted first
             q = book.queue_of.get(view.spec.tenant)
@@ -147,6 +152,7 @@ class QueueGate(FitterGate):
     def _took(self, job_id: str, q: str, r: str, gpus: int, slots: GpuSlots) -> None:
         self.held.pop(job_id, None)
         _, kept = self._kept.pop(job_id, (r, 0))
+        self._unwalked[q, r] -= kept
         self._holds[q, r] += gpus
         self.used[q, r] = max(self.used[q, r], self._holds[q, r])
         self._asked.clear()
@@ -233,14 +239,26 @@ class QueueGate(FitterGate):
                     out[p] = need
         return out
 
-    def _claim(self, p: str, r: str) -> int:
+    def _claim(self, p: str, r: str, used: Mapping[Key, int] | None = None,
+               waiting: Mapping[str, Counter[tuple[str, int]]] | None = None) -> int:
+        """Pool quota queue p needs for its jobs waiting within its nominal quota of r, when
+        it holds `used` and `waiting` wait (default: what it may hold now, `self.used`, and
+        the jobs not started, `self._waiting`)."""
         book = self._book
-        u = self.used[p, r]
+        u = (self.used if used is None else used)[p, r]
         room = book.spec(p).nominal_of(r) - u
         if room <= 0:
             return 0
-        demand = sum(size * n for (res, size), n in self._waiting.get(p, {}).items()
+        sizes = (self._waiting if waiting is None else waiting).get(p, Counter())
+        demand = sum(size * n for (res, size), n in sizes.items()
                      if res == r and n > 0 and size <= room)
+        if used is None:
+            # Its running jobs not walked yet, beyond what it may hold: its own waiting jobs
+            # the policy ranked first took their room (within its nominal quota, so without
+            # drawing on the pool), and they will want the pool's when walked. Without
+            # counting them, a queue that reclaimed quota for such a job left it idle for the
+            # borrower's next job, which took it back (and the reclaim was for nothing).
+            demand += max(0, self._holds[p, r] + self._unwalked[p, r] - u)
         return book.pool_part(p, r, u + min(room, demand)) - book.pool_part(p, r, u)
 
     def _ranked_before(self, q: str, r: str, free: int, need: int) -> str | None:
@@ -319,6 +337,7 @@ class QueueGate(FitterGate):
             self._reclaim_at = min(self._reclaim_at or got.blocked_until, got.blocked_until)
         for c in got.victims:
             self.used[c.queue, r] -= c.gpus
+            self._unwalked[c.queue, r] -= c.gpus
             self.reclaimed[c.job_id] = lender
             self.held[c.job_id] = Status(
                 code=StatusCode.RECLAIMED_BY_QUEUE, decided_by=DECIDED_BY,
@@ -336,11 +355,59 @@ class QueueGate(FitterGate):
         over: at once (once per instant) if a refusal counted GPUs of a running job the walk
         then dropped, since the job it refused may fit now that they are free (a policy that
         re-plans from scratch, as Muri's, would otherwise leave them idle until the next
-        event); else when a job reclaim had to spare comes of age."""
-        if self._may_replan and any(j not in self.reclaimed for j in self._kept) and any(
-                j not in self.reclaimed for j in self.held):
+        event), or if a claim is left unmet (`_claim_unmet`); else when a job reclaim had to
+        spare comes of age."""
+        if not self._may_replan:
+            return self._reclaim_at
+        stale = any(j not in self.reclaimed for j in self._kept) and any(
+            j not in self.reclaimed for j in self.held)
+        if stale or self._claim_unmet():
             return self.now
         return self._reclaim_at
+
+    def _claim_unmet(self) -> bool:
+        """Whether, as the walk left it, a queue's jobs wait within its nominal quota that the
+        pool cannot hold while a peer it may reclaim from borrows. Reclaim sizes a claim
+        against the pool as the cycle begins, but the walk may then let another queue grow
+        within its own nominal quota into the idle pool the claim counted on (srtf or
+        tiresias starting a queue's wide job in place of its narrower running ones, or a
+        queue's new job ranked before its running ones, which re-reserve after it). Both
+        are owed that quota; the borrower is to give it back, which the next cycle's reclaim
+        does. Without this the claimant waited for the next event (over an hour on trace3).
+        The walk re-reserves every running job it keeps (no cycle is in place under a
+        tenants file), so what it reserved is what each queue holds after it, and a running
+        job it dropped (not reclaimed: the policy's own preemption, as when another queue's
+        job took its GPUs) waits again, within its queue's nominal quota or not."""
+        book, holds = self._book, self._holds
+        waiting = {q: Counter(w) for q, w in self._waiting.items()}
+        for jid, (r, gpus) in self._kept.items():
+            if jid not in self.reclaimed:
+                q = book.queue_of[self._specs[jid].tenant]
+                waiting.setdefault(q, Counter())[r, gpus] += 1
+        for q in waiting:
+            spec = book.spec(q)
+            if spec.cohort is None:
+                continue
+            for r in spec.resources():
+                claim = self._claim(q, r, holds, waiting)
+                if claim <= 0:
+                    continue
+                drawn = sum(book.pool_part(p, r, holds[p, r]) for p in book.peers(q))
+                if claim <= book.pool(q, r) - drawn:
+                    continue  # the pool has room: the policy left the job for its own reasons
+                if any(holds[p, r] > book.spec(p).nominal_of(r) and may_reclaim(spec, book.spec(p))
+                       and self._of_age(p, r) for p in book.peers(q) if p != q):
+                    return True
+        return False
+
+    def _of_age(self, p: str, r: str) -> bool:
+        """Whether a job of queue p this walk reserved on resource r has run p's minimum
+        runtime by now (a job it starts now has run nothing): one reclaim could take."""
+        book, now = self._book, self.now
+        least = book.spec(p).min_runtime_s
+        return any(book.queue_of.get(self._specs[j].tenant) == p
+                   and (r == ANY_TYPE or t == r) and self._since.get(j, now) + least <= now
+                   for j, t in self.types.items())
 
     # -- reports -----------------------------------------------------------------------------
     def status_for(self, job_id: str, spec: JobSpec) -> Status | None:
