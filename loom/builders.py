@@ -3,16 +3,19 @@ their builders: `loom serve <service>` looks its service up here."""
 
 from __future__ import annotations
 
+import secrets
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from domain.overhead import parse_overhead
 from loom.live_args import SERVICES
 from schemas.cluster import ClusterSpec, NodeSpec
-from schemas.events import GpuInfo, GpuLink, NodeInfo
+from schemas.codec import encode
+from schemas.events import GpuInfo, GpuLink, NodeInfo, envelope
 from schemas.job import JobSpec
+from schemas.subjects import QUEUES_REQUEST
 from schemas.tenants import TenantsConfig
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
@@ -62,6 +65,9 @@ class ServeOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # scheduler: failed trainers
     tenants: TenantsConfig | None = None  # scheduler: quotas and fair share; None: no limits
     forecast_every_s: float | None = None  # scheduler: start forecasts at most this often
+    # scheduler: publish the queues' status (for Prometheus) when it changes after a cycle, and
+    # at least this often while cycles run, to refresh decayed usage; None: never
+    queue_status_every_s: float | None = 60.0
     replica: str | None = None  # scheduler: this replica's id; elect a leader among replicas
     lease_s: float = 6.0  # scheduler replicas: how long a lease lasts (real seconds)
     renew_s: float = 2.0  # scheduler replicas: how often it is renewed or polled
@@ -75,6 +81,9 @@ class Built:
     agent: TrainerNodeCore | None = None  # a trainer-launching node agent (its own shell),
     backend: GpuBackend | None = None  # and the GPUs it found
     metrics: MetricsCore | None = None  # the metrics service: it also watches the streams
+    # Request/reply endpoints besides `state`: micro endpoint name → (subject, the reply at
+    # cluster time `now`).
+    endpoints: Mapping[str, tuple[str, Callable[[float], bytes]]] = field(default_factory=dict)
 
 
 def scheduler_for(opts: ServeOptions) -> SchedulerCore:
@@ -82,7 +91,20 @@ def scheduler_for(opts: ServeOptions) -> SchedulerCore:
     return build_scheduler(opts.policy, opts.cluster, round_s=opts.round_s,
                            overhead=opts.overhead, seed=opts.seed, liveness=opts.liveness,
                            retry=opts.retry, tenants=opts.tenants,
-                           forecast_every_s=opts.forecast_every_s)
+                           forecast_every_s=opts.forecast_every_s,
+                           queue_status_every_s=opts.queue_status_every_s)
+
+
+def queues_reply(core: SchedulerCore, now: float) -> bytes:
+    """The scheduler's answer to `loom queues`: its queues' status, a msgpack envelope."""
+    return encode(envelope(core.queues(now), event_id=f"queues.{secrets.token_hex(8)}",
+                           occurred_at=now, producer=core.name, causation_id=None))
+
+
+def _scheduler(opts: ServeOptions) -> Built:
+    core = scheduler_for(opts)
+    return Built(core, endpoints={
+        "queues": (QUEUES_REQUEST, lambda now: queues_reply(core, now))})
 
 
 def _metrics(core: MetricsCore) -> Built:
@@ -99,7 +121,7 @@ def _node_agent(opts: ServeOptions) -> Built:
 
 
 BUILDERS: dict[str, Callable[[ServeOptions], Built]] = {
-    "scheduler": lambda opts: Built(scheduler_for(opts)),
+    "scheduler": _scheduler,
     "placer": lambda opts: Built(PlacerCore(opts.cluster)),
     "metrics": lambda opts: _metrics(MetricsCore(opts.cluster.total_gpus)),
     "injector": lambda opts: Built(InjectorCore(opts.jobs)),

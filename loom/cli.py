@@ -18,6 +18,7 @@
     loom serve      run one service (scheduler, placer, metrics, injector, nodeagent)
     loom submit     submit a job and print its id
     loom status     jobs with state, reason, queue position, GPUs, progress and ETA
+    loom queues     queues: quotas, GPUs used, borrowed and lent, waiting jobs and why
     loom doctor     check this node can run Loom's jobs (driver, GPUs, CUDA, NCCL, MPS,
                     checkpoints, NATS, clock): exit 0 pass, 1 warn, 2 fail
 """
@@ -32,7 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import policies
-from loom import doctor_cli, live_args, models_cli, sim_cli, synth_cli, trace_cli
+from loom import doctor_cli, live_args, models_cli, queues_cli, sim_cli, synth_cli, trace_cli
 from loom.cli_common import err, out, overhead, positive
 from loom.profile import add_profile_command, cmd_profile
 from loom.replay import commands as replay_cli
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "trace formats and clusters with their sources")
     models_cli.add_command(sub)
     live_args.add_live_commands(sub, positive, overhead)
+    queues_cli.add_command(sub)
     replay_cli.add_commands(sub, positive, overhead)
     doctor_cli.add_command(sub)
     return parser
@@ -104,7 +106,7 @@ COMMANDS = {**sim_cli.COMMANDS, **synth_cli.COMMANDS, **trace_cli.COMMANDS,
             "policies": cmd_policies,
             "traces": cmd_traces, "profile": cmd_profile, **models_cli.COMMANDS,
             **{name: _live(name) for name in live_args.COMMANDS}, **replay_cli.COMMANDS,
-            **doctor_cli.COMMANDS}
+            **doctor_cli.COMMANDS, **queues_cli.COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,8 +3,10 @@ loom/up.py).
 
 `serve` wraps one core in a shell on the live bus (`services.runtime.nats_live`) and a wall
 clock, registers it as a NATS micro-service (`$SRV.PING|INFO|STATS`, plus a `state` endpoint
-on `loomctl.<service>.state` outside the event stream), and runs until SIGTERM or SIGINT, then
-drains: its durable consumers stay, so a restarted service resumes where it stopped.
+on `loomctl.<service>.state` outside the event stream, and those its builder adds: the
+scheduler's `queues`, for `loom queues`, on `loomctl.scheduler.queues`), and runs until
+SIGTERM or SIGINT, then drains: its durable consumers stay, so a restarted service resumes
+where it stopped.
 
 `nodeagent --trainers pytorch` launches real trainer processes on the node's GPUs
 (`TrainerNodeCore`); `--trainers simulated` (the default) runs the simulated node
@@ -20,13 +22,14 @@ import json
 import secrets
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats.micro
 
-from loom.builders import Built, ServeOptions, build_service, scheduler_for
+from loom.builders import Built, ServeOptions, build_service, queues_reply, scheduler_for
 from loom.versions import NOT_INSTALLED, running_versions
+from schemas.subjects import QUEUES_REQUEST
 from services.metrics.prometheus import registry_for, serve_http
 from services.metrics.stream_usage import StreamWatch
 from services.nodeagent.jobuser import JobUser
@@ -97,6 +100,8 @@ async def serve(opts: ServeOptions, stop: asyncio.Event | None = None) -> int:
         description=f"Loom {opts.service}", metadata={"core": core.name},
         stats_handler=stats)
     await micro.add_endpoint(name="state", subject=control_subject(core.name), handler=state)
+    for name, (subject, answer) in built.endpoints.items():
+        await micro.add_endpoint(name=name, subject=subject, handler=responder(answer, clock))
     exporter = watch = None
     if built.metrics is not None:  # it also watches how full the streams are
         watch = StreamWatch(bus.js, [bus.stream, bus.deadletters])
@@ -166,10 +171,15 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
         if leading:  # a standby stays silent: the leader answers
             await req.respond(json.dumps(leading[0].state(clock.now())).encode())
 
+    async def queues(req: Any) -> None:
+        if leading:
+            await req.respond(queues_reply(leading[0], clock.now()))
+
     micro = await nats.micro.add_service(
         control.nc, name="loom-scheduler", version=VERSION, description="Loom scheduler replica",
         metadata={"core": "scheduler", "replica": opts.replica})
     await micro.add_endpoint(name="state", subject=control_subject("scheduler"), handler=state)
+    await micro.add_endpoint(name="queues", subject=QUEUES_REQUEST, handler=queues)
     signals: list[signal.Signals] = []
     if stop is None:
         stop = asyncio.Event()
@@ -182,6 +192,15 @@ async def serve_replica(opts: ServeOptions, stop: asyncio.Event | None = None) -
         await control.close()
         drop_signals(signals)
     return 0
+
+
+def responder(answer: Callable[[float], bytes], clock: WallClock
+              ) -> Callable[[Any], Awaitable[None]]:
+    """A micro-service handler answering each request with `answer(now)`."""
+    async def respond(req: Any) -> None:
+        await req.respond(answer(clock.now()))
+
+    return respond
 
 
 def on_signals(stop: asyncio.Event) -> list[signal.Signals]:

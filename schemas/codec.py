@@ -41,6 +41,7 @@ _FAMILIES: dict[str, str] = {
     subjects.CYCLE_STARTED: "loom.cycle.started",
     subjects.PLAN_DECIDED: "loom.plan.decided",
     subjects.START_FORECAST: "loom.forecast.start",
+    subjects.QUEUE_STATUS: "loom.queue.status",
     subjects.OPERATOR: "loom.ops.command",
     subjects.NODE_STATUS: "loom.node.status",
     subjects.NODE_INFO: "loom.node.info",

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.causes import Cause
 from schemas.job import JobId, JobSpec, JobState, SubmitJob
+from schemas.queue_status import QueueStatus
 from schemas.status import Status
 
 # A placement: for each node, the GPU indices the job holds there.
@@ -290,6 +291,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "loom.job.transition.v2": JobTransition,
     "loom.cycle.started.v1": CycleStarted,
     "loom.forecast.start.v1": StartForecast,
+    "loom.queue.status.v1": QueueStatus,  # an observation, as forecasts are
     "loom.node.status.v1": NodeStatus,
     "loom.plan.decided.v1": PlanDecided,
     "loom.node.command.v1": NodeCommand,

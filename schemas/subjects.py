@@ -24,8 +24,12 @@ JOB_TRANSITION = "loom.jobs.transition"
 CYCLE_STARTED = "loom.sched.cycle"
 PLAN_DECIDED = "loom.sched.plan"
 START_FORECAST = "loom.sched.forecast"  # expected starts of waiting jobs (observations)
+QUEUE_STATUS = "loom.sched.queues"  # the queues' quotas and use after a cycle (observations)
 OPERATOR = "loom.ops.command"  # cancel, suspend, resume, drain, set-policy (in the log)
 DEADLETTER_PREFIX = "loom.deadletter"
+# Request/reply, outside `loom.>` (never stored): `loom queues` asks the scheduler for its
+# queues' status (msgpack `loom.queue.status.v1`). `loomctl.<service>.state` is the other.
+QUEUES_REQUEST = "loomctl.scheduler.queues"
 DEADLETTER_SUBJECTS = (f"{DEADLETTER_PREFIX}.>",)
 
 # What node agents publish, one token per kind (the placer's commands to them are the sixth).

@@ -12,8 +12,9 @@ timer (a policy wake-up) due at an input's instant fires first if it was set bef
 was recorded. A timer that fires without publishing leaves no trace in the log, so this is the
 one place replay reconstructs rather than reads the order.
 
-Start forecasts (`loom.sched.forecast`) are not decisions: they change nothing, and replay
-skips them, so a log recorded with forecasts on replays with them off.
+Start forecasts (`loom.sched.forecast`) and the queues' status (`loom.sched.queues`) are not
+decisions: they change nothing, and replay skips them, so a log recorded with them on replays
+with them off.
 
 Sim logs are compared exactly. Live logs are compared structurally (floats, i.e. times and
 progress estimates, are left out, and so is a dead letter's payload: `_structure`): a live core
@@ -47,10 +48,14 @@ from schemas.events import (
     PlanDecided,
     StartForecast,
 )
+from schemas.queue_status import QueueStatus
 from services.metrics.core import plan_record, transition_record
 from services.runtime.bus import decode_any, fallback_id
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 from services.runtime.service import Core
+
+# What the scheduler publishes that no core consumes and none must make: skipped.
+OBSERVATIONS: tuple[type[BaseModel], ...] = (StartForecast, QueueStatus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,7 +401,7 @@ def replay(log: EventLog, cores: list[Core], progress: ReplayProgress | None = N
         if env is not None and rec.subject in subjects.LEGACY_NODE_SUBJECTS:
             node = getattr(env.body, "node_id", None)
             rec = dataclasses.replace(rec, subject=subjects.current_subject(rec.subject, node))
-        if env is not None and type(env.body) is StartForecast:
+        if env is not None and type(env.body) in OBSERVATIONS:
             continue  # an observation, not a decision: no core consumes it, none must make it
         producer = by_name.get(env.producer) if env is not None else None
         if env is not None and producer is not None:

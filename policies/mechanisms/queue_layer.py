@@ -65,6 +65,13 @@ class QueueLayer:
                                               may_replan=self._replanned_at != snap.now), None
         return self._last
 
+    def usage_at(self, now: float) -> Usage:
+        """The decayed usage at `now`, as the next gate will start from it (what each queue
+        reserved in the last cycle held since); for reports: nothing is changed."""
+        last = self._previous()
+        held: Mapping[str, float] = {} if last is None else last.reserved
+        return self.usage.advance(now, held, self.book.half_life_s)
+
     def restore(self, runs: Iterable[tuple[str, float, float, float]], now: float) -> None:
         """Usage from the recorded runs of the queues' jobs: (tenant, GPUs, from, to); runs
         of tenants in no queue are left out."""

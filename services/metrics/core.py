@@ -17,7 +17,9 @@ from domain.causes import RECLAIMED
 from schemas import subjects
 from schemas.events import Envelope, JobTransitionV1, NodeHeartbeat, PlanDecided, StartForecast
 from schemas.job import JobState
+from schemas.queue_status import QueueStatus
 from services.metrics.forecasts import ForecastScores
+from services.metrics.queues import QueueBoard
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
 
@@ -213,10 +215,12 @@ class MetricsCore(CoreDefaults):
         self.heartbeats: dict[str, tuple[float, NodeHeartbeat]] = {}  # node → latest (live)
         self.faults: Counter[str] = Counter()  # by schemas.causes.FaultKind
         self.forecasts = ForecastScores()  # start forecasts against the starts that followed
+        self.queues = QueueBoard()  # the queues' latest status (live schedulers publish it)
 
     def subscriptions(self) -> Sequence[Subscribe]:
         return (Subscribe(subjects.JOB_TRANSITION), Subscribe(subjects.PLAN_DECIDED),
-                Subscribe(subjects.NODE_HEARTBEAT), Subscribe(subjects.START_FORECAST))
+                Subscribe(subjects.NODE_HEARTBEAT), Subscribe(subjects.START_FORECAST),
+                Subscribe(subjects.QUEUE_STATUS))
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
@@ -225,6 +229,9 @@ class MetricsCore(CoreDefaults):
             return []
         if isinstance(body, StartForecast):  # an observation too: outside the digest
             self.forecasts.forecast(body)
+            return []
+        if isinstance(body, QueueStatus):  # likewise
+            self.queues.status(body)
             return []
         self.decisions += 1
         if isinstance(body, JobTransitionV1):  # either version
@@ -306,6 +313,7 @@ class MetricsCore(CoreDefaults):
                 # (its start: the scheduler hears of no other) is what the reclaim can cost.
                 self.reclaims += 1
                 self.reclaim_gpu_s += held * (at - since)
+                self.queues.reclaimed(out.tenant)
         if t.state is JobState.RUNNING:
             gpus = [(node, i) for node, idx in t.placement for i in idx]
             self._held_since[t.job_id] = (at, len(gpus) or out.gpus)

@@ -25,6 +25,7 @@ from domain.health import verdict
 from schemas.causes import FAULT_KINDS
 from schemas.cluster import ClusterSpec
 from schemas.job import JobState
+from schemas.queues import ANY_TYPE
 from services.metrics.core import MetricsCore
 from services.metrics.stream_usage import StreamUsage
 
@@ -92,6 +93,7 @@ class MetricsCollector(Collector):
         yield gpu_mem
         yield seen
         yield from self._health()
+        yield from self._queues()
         yield CounterMetricFamily("loom_gpu_busy_seconds_total",
                                   "GPU-seconds held by running jobs (cluster time)",
                                   value=core.busy_gpu_s)
@@ -113,6 +115,72 @@ class MetricsCollector(Collector):
                         "waited, scored when it started", core.forecasts.errors,
                         FORECAST_BUCKETS)
 
+
+    def _queues(self) -> Iterator[Any]:
+        """The queues as the scheduler last published them (`loom.sched.queues`, docs/queues.md
+        "Operator view"); no series without queues. `gpu_type` is empty for quotas of GPUs of
+        any type, `cohort` for a queue in none."""
+        board = self.core.queues
+        per_type = ["queue", "cohort", "gpu_type"]
+        gauges = {
+            "nominal": GaugeMetricFamily("loom_queue_nominal_gpus", "A queue's nominal quota",
+                                         labels=per_type),
+            "used": GaugeMetricFamily("loom_queue_used_gpus",
+                                      "GPUs a queue's running jobs hold", labels=per_type),
+            "borrowed": GaugeMetricFamily("loom_queue_borrowed_gpus",
+                                          "GPUs a queue holds beyond its nominal quota",
+                                          labels=per_type),
+            "lent": GaugeMetricFamily("loom_queue_lent_gpus", "A queue's nominal quota that "
+                                      "other queues of its cohort hold (their borrowing, "
+                                      "split between lenders by idle quota)", labels=per_type),
+        }
+        limit = GaugeMetricFamily("loom_queue_borrowing_limit_gpus", "The most a queue may "
+                                  "borrow beyond its nominal quota (absent: no limit)",
+                                  labels=per_type)
+        per_queue = ["queue", "cohort"]
+        pending = GaugeMetricFamily("loom_queue_pending_jobs", "A queue's waiting jobs "
+                                    "(queued, preempted or suspended)", labels=per_queue)
+        pending_gpus = GaugeMetricFamily("loom_queue_pending_gpus",
+                                         "GPUs a queue's waiting jobs ask for", labels=per_queue)
+        running = GaugeMetricFamily("loom_queue_running_jobs", "A queue's running jobs",
+                                    labels=per_queue)
+        usage = GaugeMetricFamily("loom_queue_usage_gpu_seconds", "A queue's decayed GPU "
+                                  "usage (fair share: less per weight ranks first)",
+                                  labels=per_queue)
+        rank = GaugeMetricFamily("loom_queue_fair_share_rank", "A queue's place in its "
+                                 "cohort's order for borrowed GPUs (1: first)", labels=per_queue)
+        waiting = GaugeMetricFamily("loom_queue_waiting_jobs", "A queue's waiting jobs by the "
+                                    "reason code `loom status` gives", labels=[*per_queue, "code"])
+        for row in board.rows.values():
+            cohort = row.cohort or ""
+            for quota in row.quotas:
+                labels = [row.name, cohort, "" if quota.gpu_type == ANY_TYPE else quota.gpu_type]
+                for what, gauge in gauges.items():
+                    gauge.add_metric(labels, getattr(quota, what))
+                if quota.borrowing_limit is not None:
+                    limit.add_metric(labels, quota.borrowing_limit)
+            pending.add_metric([row.name, cohort], row.pending_jobs)
+            pending_gpus.add_metric([row.name, cohort], row.pending_gpus)
+            running.add_metric([row.name, cohort], row.running_jobs)
+            usage.add_metric([row.name, cohort], row.usage_gpu_s)
+            if row.rank is not None:
+                rank.add_metric([row.name, cohort], row.rank)
+            for w in row.waiting:
+                waiting.add_metric([row.name, cohort, w.code.value], w.jobs)
+        yield from gauges.values()
+        yield limit
+        yield pending
+        yield pending_gpus
+        yield running
+        yield usage
+        yield rank
+        yield waiting
+        reclaims = CounterMetricFamily("loom_queue_reclaims_total", "Jobs of a queue preempted "
+                                       "because a lender took back the quota it had borrowed",
+                                       labels=per_queue)
+        for name, count in board.reclaims().items():
+            reclaims.add_metric([name, board.rows[name].cohort or ""], count)
+        yield reclaims
 
     def _health(self) -> Iterator[Any]:
         """What each node's latest heartbeat says of its health, by the rule the scheduler

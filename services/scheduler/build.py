@@ -23,12 +23,14 @@ def build_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | 
                     liveness: LivenessConfig | None = None, retry: RetryPolicy | None = None,
                     tenants: TenantsConfig | None = None,
                     replays_failures: bool = False,
-                    forecast_every_s: float | None = None) -> SchedulerCore:
+                    forecast_every_s: float | None = None,
+                    queue_status_every_s: float | None = None) -> SchedulerCore:
     """The scheduler core with its policy configured, as simulations, live runs and replays
     build it. `round_s` sets a slotted policy's slot; it makes any other policy round-based.
     `replays_failures`: its node agents are simulated and replay jobs' recorded failures
     (a simulation, and the replay of one); a live cluster's are not. `forecast_every_s`:
-    forecast waiting jobs' starts at most this often (None: never; `forecasting`)."""
+    forecast waiting jobs' starts at most this often (None: never; `forecasting`).
+    `queue_status_every_s`: publish the queues' status (None: never; `queue_status`)."""
     replan: Replan
     declared = policies.policy_class(policy_name).replan
     if declared == "slot":
@@ -41,5 +43,6 @@ def build_scheduler(policy_name: str, cluster: ClusterSpec, *, round_s: float | 
                              profile=profile, free_at_once=free_at_once, seed=seed,
                              liveness=liveness or LivenessConfig(), retry=retry or RetryPolicy(),
                              tenants=tenants, replays_failures=replays_failures,
-                             forecast_every_s=forecast_every_s)
+                             forecast_every_s=forecast_every_s,
+                             queue_status_every_s=queue_status_every_s)
     return SchedulerCore(cluster, config.make_policy(policy_name), config)

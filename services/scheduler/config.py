@@ -43,6 +43,10 @@ class SchedulerConfig:
     forecast_every_s: float | None = None
     forecast_horizon_s: float = 30 * 86400.0  # jobs not started by then get no forecast
     forecast_max_cycles: int = 20_000  # nor those not started within this many cycles
+    # The queues' status (`queue_status`, for `loom queues`' series in Prometheus): published
+    # after a cycle when it changed, or every `queue_status_every_s` seconds while cycles
+    # run; None: never (simulations and replays). Never changes a decision.
+    queue_status_every_s: float | None = None
     # Whether the node agents replay the failures a trace records (`JobSpec.fail_at`): a
     # simulation's do; a live cluster's trainers cannot fail on cue, so it refuses such jobs.
     replays_failures: bool = False
@@ -60,6 +64,8 @@ class SchedulerConfig:
             raise ValueError("round_s must be positive")
         if self.forecast_every_s is not None and self.forecast_every_s < 0:
             raise ValueError("forecast_every_s must be 0 or more (None: no forecasts)")
+        if self.queue_status_every_s is not None and self.queue_status_every_s < 0:
+            raise ValueError("queue_status_every_s must be 0 or more (None: not published)")
         if self.forecast_horizon_s <= 0 or self.forecast_max_cycles < 1:
             raise ValueError("forecast_horizon_s and forecast_max_cycles must be positive")
         if self.placement is not None and self.placement not in SCHEMES:

@@ -18,7 +18,8 @@ slots, which its simulator counts from the last event handled), chosen per run.
 What happens to jobs lives beside the core: the job table and its transitions (`jobs`),
 submissions (`intake`), node reports (`reports`), node and trainer faults (`faults`), operators'
 commands (`operators`), what people and tools ask (`queries`), rebuilding from the stream
-(`recovery`), waiting jobs' start forecasts (`forecasting`, after a cycle when configured).
+(`recovery`), waiting jobs' start forecasts (`forecasting`, after a cycle when configured),
+the queues' status (`queue_status`, likewise).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from schemas.events import (
     Stop,
 )
 from schemas.job import JobState, SubmitJob
+from schemas.queue_status import QueueStatus
 from schemas.status import Status, StatusCode
 from services.runtime.bus import decode_submit
 from services.runtime.effects import (
@@ -70,6 +72,7 @@ from services.scheduler import (
     intake,
     operators,
     queries,
+    queue_status,
     recovery,
     reports,
 )
@@ -106,6 +109,7 @@ class SchedulerCore(CoreDefaults):
         self.tenancy: TenantGate | QueueGate | None = None  # the last cycle's admission gate
         # Tenants' and queues' rules, kept across cycles (queues' usage decays over time).
         self.admission = None if config.tenants is None else AdmissionStep(config.tenants)
+        self.queue_reports = queue_status.Published()  # the last queue status published
         self.drained: set[str] = set()  # nodes that take no new work
         self.faults = NodeFaults(config.liveness, config.retry)  # lost nodes, failed trainers
         self.term = 0  # the leader's election term, stamped on every plan (fencing)
@@ -166,6 +170,10 @@ class SchedulerCore(CoreDefaults):
     def status(self, job_id: str) -> Status:
         """Why a job is where it is ("why is my job pending")."""
         return queries.status(self, job_id)
+
+    def queues(self, now: float) -> QueueStatus:
+        """The queues' quotas, use and waiting jobs at `now` (`loom queues`)."""
+        return queue_status.queue_status(self, now)
 
     @property
     def active(self) -> int:
@@ -284,6 +292,8 @@ class SchedulerCore(CoreDefaults):
         effects += self._plan(now)
         if self.config.forecast_every_s is not None:  # never changes what was decided
             effects += forecasting.after_cycle(self, now)
+        if self.config.queue_status_every_s is not None:  # nor does this
+            effects += queue_status.after_cycle(self, now)
         return effects
 
     def _plan(self, now: float) -> list[Effect]:

@@ -6,6 +6,7 @@ end without one permission violation."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
@@ -22,6 +23,7 @@ import pytest
 
 from loom.serve import control_subject, ping, serve
 from schemas import subjects
+from schemas.tenants import parse_tenants
 from services.runtime.nats_auth import NatsAuth
 from services.runtime.nats_live import ensure_stream
 from services.runtime.natsserver import free_port
@@ -137,7 +139,11 @@ async def test_services_logged_in_as_themselves_run_a_job_end_to_end(
     await ensure_stream(admin.jetstream())
     stop = asyncio.Event()
     names = ("scheduler", "placer", "metrics", "nodeagent")
-    runs = [asyncio.create_task(serve(cluster_opts(s, server, tls), stop)) for s in names]
+    # A queue, so the scheduler publishes its queues' status and answers `loom queues`.
+    queues = parse_tenants({"queues": {"lab": {"tenants": ["default"], "nominal": 2}}}, "t")
+    opts = {s: cluster_opts(s, server, tls) for s in names}
+    opts["scheduler"] = dataclasses.replace(opts["scheduler"], tenants=queues)
+    runs = [asyncio.create_task(serve(opts[s], stop)) for s in names]
     try:
         for _ in range(300):
             if len(await ping(admin, 0.1)) == len(names):
@@ -161,6 +167,12 @@ async def test_services_logged_in_as_themselves_run_a_job_end_to_end(
                 break
             await asyncio.sleep(0.05)
         assert state == {"secure-1": "finished"}
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "loom.cli", "queues", "--json",
+                             "--nats-url", server.url],
+            capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        assert [q["name"] for q in json.loads(done.stdout)["queues"]] == ["lab"]
         assert server.violations() == []  # every service had all the rights it needed
     finally:
         stop.set()

@@ -45,6 +45,8 @@ from schemas.events import (
     envelope,
 )
 from schemas.job import JobState, SubmitJob
+from schemas.queue_status import QueueState, QueueStatus, QuotaUsage, WaitCount
+from schemas.status import StatusCode
 from tests.builders import make_job
 
 SPEC = make_job("fz-1").build()
@@ -61,6 +63,10 @@ SAMPLE_BODIES: dict[str, Any] = {
         stops=(Stop(job_id="fz-0", reason="preempted"),)),
     subjects.START_FORECAST: StartForecast(at=1.0, cycle=1, starts={"fz-1": 60.0,
                                                                     "fz-2": None}),
+    subjects.QUEUE_STATUS: QueueStatus(at=1.0, cycle=1, tenants_file=True, queues=(QueueState(
+        name="qa", quotas=(QuotaUsage(gpu_type="*", nominal=4, used=2),), running_jobs=1,
+        waiting=(WaitCount(code=StatusCode.WAITING_FOR_QUOTA_IN_COHORT, jobs=1, job_id="fz-1",
+                           reason="fuzz"),)),)),
     subjects.OPERATOR: OperatorCommand(command="cancel", job_id="fz-1"),
     subjects.NODE_STATUS: NodeStatus(node_id="n0", cycle=1, progress={"fz-1": 5.0}),
     subjects.NODE_INFO: NodeInfo(node_id="n0", backend="fake", gpus=()),
