@@ -205,6 +205,9 @@ def add_live_commands(sub: Any, positive: Any, overhead: Any) -> None:
     u.add_argument("--policy", default="fifo", help="scheduling policy (default fifo)")
     u.add_argument("--round-s", type=positive, help="re-plan every S seconds")
     u.add_argument("--tenants", help="tenants file for the scheduler (TOML or JSON)")
+    u.add_argument("--forecast-every", type=float, default=60.0, metavar="S",
+                   help="the scheduler forecasts waiting jobs' starts (loom status) at most "
+                        "every S seconds; negative: never (default 60)")
     u.add_argument("--overhead", type=overhead, default="none",
                    help="preemption/restart cost of simulated trainers: none | muri | "
                         "elasticflow | elasticflow-baseline | flat:SECONDS | profile:FILE "

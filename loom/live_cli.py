@@ -144,7 +144,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                          log_level=args.log_level, prometheus_port=args.prometheus_port or None,
                          trainers=args.trainers, gpus_per_node=args.gpus_per_node,
                          state_dir=Path(tmp), auth=auth, tenants=tenants,
-                         liveness=liveness, retry=retry, stream_limits=limits)
+                         liveness=liveness, retry=retry, stream_limits=limits,
+                         forecast_every_s=args.forecast_every)
         return asyncio.run(up(opts))
 
 

@@ -53,6 +53,7 @@ class UpOptions:
     state_dir: Path = Path("/var/lib/loom")  # checkpoints of local node agents go under it
     auth: NatsAuth = field(default_factory=NatsAuth)  # children get it as LOOM_NATS_* vars
     tenants: str | None = None  # the scheduler's tenants file
+    forecast_every_s: float = 60.0  # the scheduler's `--forecast-every` (negative: never)
     liveness: LivenessConfig = field(default_factory=LivenessConfig)  # scheduler: lost nodes
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # scheduler: failed trainers; seed
     stream_limits: StreamLimits = field(default_factory=StreamLimits)  # every service gets them
@@ -89,7 +90,8 @@ def up_commands(opts: UpOptions, url: str, origin: float) -> list[list[str]]:
               str(opts.time_scale), "--origin", repr(origin), "--overhead", opts.overhead,
               "--log-level", opts.log_level, *stream_flags(opts.stream_limits)]
     commands = [[svc, *common] for svc in CONTROL_PLANE]
-    commands[0] += ["--policy", opts.policy, *fault_flags(opts.liveness, opts.retry)]
+    commands[0] += ["--policy", opts.policy, *fault_flags(opts.liveness, opts.retry),
+                    "--forecast-every", repr(opts.forecast_every_s)]
     if opts.prometheus_port is not None:
         commands[CONTROL_PLANE.index("metrics")] += ["--prometheus-port",
                                                      str(opts.prometheus_port)]

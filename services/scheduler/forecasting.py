@@ -4,8 +4,9 @@
   cycle) and only while some job waits: a forecast from the state the cycle left, kept for
   status requests and published (`StartForecast` on `loom.sched.forecast`, split in parts of
   at most `PART` jobs), so the metrics service can score it against the starts that follow.
-- On a status request, when the kept forecast is older than `forecast_every_s`: a fresh one,
-  kept but not published (a query publishes nothing).
+- On a status request, when the kept forecast is older than `forecast_every_s`, or a job
+  waiting now began waiting after it was made (`covers`): a fresh one, kept but not
+  published (a query publishes nothing).
 
 Not every cycle: a forecast plays out every cycle until the last waiting job starts, which
 costs far more than the cycle it follows. Forecasting is off unless configured, and a
@@ -130,14 +131,28 @@ def after_cycle(core: SchedulerCore, now: float) -> list[Effect]:
 
 def on_request(core: SchedulerCore, now: float) -> Forecast | None:
     """The forecast a status request shows: the latest, or a fresh one if that is older than
-    `forecast_every_s` (None when forecasting is off)."""
+    `forecast_every_s` or leaves out a job waiting now (None when forecasting is off)."""
     every = core.config.forecast_every_s
     if every is None:
         return None
     last = core.forecasts.last
-    if (last is None or now >= last.at + every) and waiting(core):
+    if (last is None or now >= last.at + every or not covers(core, last)) and waiting(core):
         return make(core, now)
     return last
+
+
+def covers(core: SchedulerCore, last: Forecast) -> bool:
+    """Whether `last` forecasts every job waiting now as it waits now: none began waiting
+    after it was made (an arrival, a preemption or a reclaim since) nor came back to the
+    policy (a resumed job). Otherwise that job would show no start ("?") until the forecast
+    is `forecast_every_s` old; at most one forecast per status request remakes it."""
+    for jid in core.views:
+        if jid in core.jobs.running:
+            continue
+        since = core.jobs[jid].last
+        if jid not in last.starts or (since is not None and since.at > last.at):
+            return False
+    return True
 
 
 def expected_start(core: SchedulerCore, job_id: str) -> float | None:

@@ -79,7 +79,7 @@ def job_row(core: SchedulerCore, job_id: str, now: float) -> dict[str, Any]:
         done = rec.spec.iterations - left
         eta = rec.run.finish_at(now)
     return {"job_id": job_id, "state": rec.state.value if rec.state else "rejected",
-            "reason": why.reason, "queue_position": why.queue_position,
+            "code": why.code.value, "reason": why.reason, "queue_position": why.queue_position,
             "forecast_start_s": why.forecast_start_s,
             "gpus": rec.spec.gpus, "nodes": sorted({n for n, _ in rec.placement}),
             "iterations": rec.spec.iterations,

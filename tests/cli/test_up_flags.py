@@ -146,3 +146,16 @@ def test_a_value_that_is_not_a_size_or_age_is_a_usage_error(
         main([*UP, *flags])
     assert exit_.value.code == 2
     assert "is not a" in capsys.readouterr().err
+
+
+# -- start forecasts ------------------------------------------------------------------------
+@pytest.mark.parametrize(("flags", "every"), [
+    ([], 60.0),  # `serve`'s default
+    (["--forecast-every", "5"], 5.0),
+    (["--forecast-every", "-1"], None),  # never
+], ids=["default", "given", "never"])
+def test_the_scheduler_up_starts_gets_forecast_every(
+        started: dict[str, ServeOptions], flags: list[str], every: float | None) -> None:
+    """`up` once had no --forecast-every: its scheduler always forecast every 60 s."""
+    assert main([*UP, *flags]) == 0
+    assert started["scheduler"].forecast_every_s == every

@@ -177,6 +177,25 @@ def test_a_status_request_refreshes_a_stale_forecast_and_no_more() -> None:
     assert core.status("a").forecast_start_s is None  # running: no start to forecast
 
 
+def test_a_status_request_refreshes_a_forecast_that_leaves_out_a_waiting_job() -> None:
+    """A job that began waiting after the latest forecast (here an arrival; on a live
+    cluster also a reclaimed or preempted job) would show no start ("?") until the forecast
+    was `forecast_every_s` old: the request makes a fresh one, once."""
+    core = _core("fifo", forecast_every_s=60.0)
+    _after_first_cycle(core, [_job("a", 4, 100), _job("b", 4, 50)])
+    first = core.forecasts.last
+    _deliver(core, SubmitJob.from_spec(_job("c", 4, 10)), 30.0)
+    assert not _forecasts(core.on_timer("cycle", 30.0))  # 30 s after the last: not published
+    assert core.forecasts.last is first
+    state = core.state(31.0)
+    fresh = core.forecasts.last
+    assert fresh is not first and state["forecast"]["at"] == 31.0
+    assert {r["job_id"]: r["forecast_start_s"] for r in state["jobs"]} == {
+        "a": None, "b": 100.0, "c": 150.0}
+    core.state(40.0)  # every waiting job is in it: kept
+    assert core.forecasts.last is fresh
+
+
 def test_forecasts_are_off_by_default() -> None:
     core = _core("fifo", forecast_every_s=None)
     effects = _after_first_cycle(core, [_job("a", 4, 100), _job("b", 4, 50)])
@@ -261,14 +280,16 @@ QUEUES = parse_tenants({
 
 
 @settings(max_examples=25, deadline=None)
-@given(rows=workloads, policy=st.sampled_from(["fifo", "srtf", "tiresias"]))
+@given(rows=workloads, policy=st.sampled_from(["fifo", "srtf", "tiresias"]),
+       round_s=st.sampled_from([None, 60.0]))
 def test_under_queues_with_every_job_known_the_forecast_is_the_start(
-        rows: list[tuple[int, int]], policy: str) -> None:
+        rows: list[tuple[int, int]], policy: str, round_s: float | None) -> None:
     """The forecast plays the queue layer forward too (borrowing, claims, fair share on decayed
     usage, reclaim): with no later arrivals each forecast is the start."""
     jobs = [make_job(f"j{i:02d}").tenant("abc"[i % 3]).gpus(g).runs_for(s).build()
             for i, (g, s) in enumerate(rows)]
-    out = simulate(jobs, policy, cluster(2, 8), tenants=QUEUES, forecast_every_s=0.0)
+    out = simulate(jobs, policy, cluster(2, 8), tenants=QUEUES, forecast_every_s=0.0,
+                   round_s=round_s)
     errors = out.summary["forecast_error_s"]
     if errors is None:
         assert not [j for j in out.jobs if j.queueing_s]
