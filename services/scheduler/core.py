@@ -423,6 +423,15 @@ class SchedulerCore(CoreDefaults):
             elif self.wakeup_at is not None:
                 self.wakeup_at = None
                 effects.append(CancelTimer("wakeup"))
+        elif (self.tenancy is not None and self.tenancy.wakeup_at == now
+              and self.cycle_at is None and self.policy.replan != "round"):
+            # An event-driven policy run in rounds re-plans at once when the queues ask to (a
+            # claim the walk left unmet, a refusal gone stale), not a round later. A policy
+            # that plans by rounds itself (Gavel's) plans once a round: a second plan in the
+            # same round would share out the round's time again (and, with the queues asking
+            # every tick, could undo every start at the instant it was made).
+            self.cycle_at, self._trigger = now, "wakeup"
+            effects.append(SetTimer("cycle", now, PRIORITY_CYCLE))
         return effects
 
     def estimate_launch(self, rec: JobRecord, slots: GpuSlots, group: tuple[str, ...],

@@ -125,6 +125,7 @@ class _Forward:
         self.fit = inp.fit
         self.moves = set(inp.moves)
         self.admission = inp.admission
+        self.replan_now = False  # the queues asked to re-plan at this cycle's instant
         if self.admission is None and inp.tenants is not None:
             self.admission = AdmissionStep(inp.tenants)
         t = inp.timing
@@ -253,7 +254,9 @@ class _Forward:
         plan = self.policy.plan(snap, gate)
         if gate.wakeup_at is not None:  # a reclaim waiting for a job to come of age
             plan.wakeup_at = min(plan.wakeup_at or math.inf, gate.wakeup_at)
+        self.replan_now = gate.wakeup_at == t and self.policy.replan != "round"
         self._apply(plan, t)
+        self.replan_now = False
 
     def _placement(self, scheme: Scheme, in_place: bool) -> CyclePlacement:
         """`SchedulerCore._placement`, on the forecast's copy."""
@@ -312,6 +315,8 @@ class _Forward:
         if self.inp.timing.replan != "round":
             wake = plan.wakeup_at
             self.wakeup_at = None if wake is None else max(self._aligned(wake), t)
+        elif self.replan_now and self.cycle_at is None:
+            self.cycle_at = t
 
     def _launch(self, rec: JobRecord, slots: GpuSlots, group: tuple[str, ...],
                 t: float) -> None:
