@@ -86,6 +86,7 @@ class RunInfo:
     placement: str | None = None
     free_at_once: bool = False
     throughputs: str | None = None  # path of the throughput profile, if the run had one
+    tenants: dict[str, Any] | None = None  # TenantsConfig.model_dump(): quotas and queues
     trace: str = "trace"
     run_id: str = "run"
 
@@ -117,7 +118,7 @@ class RunInfo:
 _RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "policy": (str, _NONE), "cluster": (dict, _NONE), "seed": (int,), "overhead": (str,),
     "round_s": (float, int, _NONE), "placement": (str, _NONE), "free_at_once": (bool,),
-    "throughputs": (str, _NONE), "trace": (str,), "run_id": (str,),
+    "throughputs": (str, _NONE), "tenants": (dict, _NONE), "trace": (str,), "run_id": (str,),
 }
 
 

@@ -190,7 +190,8 @@ def run_info(cfg: SimConfig) -> RunInfo:
     return RunInfo(policy=cfg.policy, cluster=cfg.cluster.model_dump(mode="json"),
                    seed=cfg.seed, overhead=cfg.overhead, round_s=cfg.round_s,
                    placement=cfg.placement, free_at_once=cfg.free_at_once,
-                   throughputs=profile, trace=cfg.trace_name, run_id=f"sim{cfg.seed}")
+                   throughputs=profile, trace=cfg.trace_name, run_id=f"sim{cfg.seed}",
+                   tenants=None if cfg.tenants is None else cfg.tenants.model_dump(mode="json"))
 
 
 async def _make_bus(cfg: SimConfig, kernel: SimKernel) -> Bus:

@@ -24,6 +24,7 @@ from loom.runs import RunSpec
 from loom.simulate import SimConfig
 from loom.versions import running_versions, versions_note
 from schemas import subjects
+from schemas.tenants import load_tenants
 from services.runtime.nats_auth import NatsAuth
 from traces import load_cluster
 
@@ -87,6 +88,7 @@ def add_commands(sub: Any, positive: Callable[[str], float],
     ex.add_argument("--overhead", type=overhead, default="none",
                     help="the scheduler's --overhead")
     ex.add_argument("--seed", type=int, default=0, help="the scheduler's --seed")
+    ex.add_argument("--tenants", type=Path, help="the scheduler's --tenants file (TOML or JSON)")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -136,8 +138,10 @@ def cmd_log(args: argparse.Namespace) -> int:
     cluster = None
     if args.cluster is not None:
         cluster = load_cluster(args.cluster, args.gpus_per_server).model_dump(mode="json")
+    tenants = None if args.tenants is None else load_tenants(args.tenants)
     run = RunInfo(policy=args.policy, cluster=cluster, seed=args.seed, overhead=args.overhead,
-                  round_s=args.round_s, trace=f"stream {args.stream}", run_id="live")
+                  round_s=args.round_s, trace=f"stream {args.stream}", run_id="live",
+                  tenants=None if tenants is None else tenants.model_dump(mode="json"))
     from loom.replay.export import export_stream  # the NATS client: only to export
 
     n = asyncio.run(export_stream(args.nats_url, args.stream, args.out, run,

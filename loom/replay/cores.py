@@ -9,6 +9,7 @@ from pydantic import ValidationError
 import policies
 from loom.eventlog import EventLog, EventLogError
 from schemas.cluster import ClusterSpec
+from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.placer.core import PlacerCore
 from services.runtime.service import Core
@@ -38,6 +39,15 @@ def profile_of(log: EventLog) -> ThroughputTable | None:
     return load_throughputs(str(path))
 
 
+def tenants_of(log: EventLog) -> TenantsConfig | None:
+    if log.run.tenants is None:
+        return None
+    try:
+        return TenantsConfig.model_validate(log.run.tenants)
+    except ValidationError as exc:
+        raise EventLogError(log.path, 0, f"header: invalid tenants file: {exc}") from None
+
+
 def fresh_cores(log: EventLog) -> list[Core]:
     """The scheduler (if the header names its policy) and the placer, as the run built them."""
     cluster = cluster_of(log)
@@ -49,6 +59,7 @@ def fresh_cores(log: EventLog) -> list[Core]:
                                          overhead=run.overhead, placement=run.placement,
                                          seed=run.seed, profile=profile_of(log),
                                          free_at_once=run.free_at_once,
+                                         tenants=tenants_of(log),
                                          # A simulated run's nodes replayed recorded failures.
                                          replays_failures=log.source == "sim"))
         except (ValueError, policies.UnknownPolicy) as exc:  # the header's values, refused

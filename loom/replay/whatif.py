@@ -8,7 +8,7 @@ at their recorded times, on the header's cluster with its overhead model and see
 from __future__ import annotations
 
 from loom.eventlog import EventLog, EventLogError
-from loom.replay.cores import cluster_of, profile_of
+from loom.replay.cores import cluster_of, profile_of, tenants_of
 from loom.replay.engine import recorded_envelope
 from loom.simulate import SimConfig, SimResult, run_simulation
 from schemas import subjects
@@ -64,7 +64,7 @@ async def what_if(log: EventLog, policy: str, round_s: float | None = None) -> S
                     trace_name=run.trace, overhead=run.overhead,
                     round_s=round_s if round_s is not None else run.round_s,
                     placement=run.placement, seed=run.seed, profile=profile_of(log),
-                    free_at_once=run.free_at_once)
+                    free_at_once=run.free_at_once, tenants=tenants_of(log))
     return await run_simulation(cfg)
 
 
