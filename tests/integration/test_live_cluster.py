@@ -24,11 +24,11 @@ import pytest
 
 from loom.serve import ping
 from services.runtime.natsserver import free_port
+from tests.integration.live_up import LOOM, loom_up
 from tests.procfs import alive, children
 
 pytestmark = pytest.mark.nats
 
-LOOM = [sys.executable, "-m", "loom.cli"]
 
 
 PROMETHEUS = free_port()
@@ -36,22 +36,11 @@ PROMETHEUS = free_port()
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}  # where it records its URL
-    proc = subprocess.Popen([*LOOM, "up", "--local-nodes", "2", "--gpus-per-node", "2",
-                             "--time-scale", "200", "--trainers", "simulated",
-                             "--prometheus-port", str(PROMETHEUS)],
-                            stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # printed once every service answers PING
-        found = re.search(r"nats://[0-9.]+:[0-9]+", line)
-        assert found, f"loom up printed {line!r}"
-        assert (tmp_path / f"loom-{os.getuid()}" / "nats-url").read_text() == found.group(0)
-        yield proc, found.group(0)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with loom_up(tmp_path, "--local-nodes", "2", "--gpus-per-node", "2", "--time-scale", "200",
+                 "--trainers", "simulated", "--prometheus-port", str(PROMETHEUS)) as up:
+        url = up[1]
+        assert (tmp_path / f"loom-{os.getuid()}" / "nats-url").read_text() == url
+        yield up
 
 
 def loom(*args: str) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -37,11 +36,11 @@ from schemas import subjects
 from schemas.codec import decode
 from schemas.events import JobTransition, PlanDecided, TrainerReport
 from schemas.job import JobState
+from tests.integration.live_up import GATED_SCRIPT, LOOM, loom_up
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.nats
 
-LOOM = [sys.executable, "-m", "loom.cli"]
 GRACE_S = 30.0  # the node agent's stop grace, as `loom up` starts it (`serve --grace-s`)
 # Not `loom up`'s default (60), so the scheduler must have been given it; and longer than the
 # test, so a job that begins waiting after the latest forecast gets one because it waits
@@ -64,16 +63,6 @@ tenants = ["team-b"]
 nominal = 2
 """
 
-# b's job: prints its progress in Loom's form and waits for a file before its last iteration.
-GATED = """
-import os, pathlib, time
-n, gate = int(os.environ["LOOM_ITERATIONS"]), pathlib.Path(os.environ["GATE"])
-for i in range(1, n + 1):
-    while i == n and not gate.exists():
-        time.sleep(0.05)
-    time.sleep(0.02)
-    print(f"LOOM_PROGRESS iteration={i}", flush=True)
-"""
 
 
 @pytest.fixture
@@ -81,21 +70,10 @@ def cluster(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`loom up` as an operator types it, with the tenants file; yields it and its URL."""
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}  # where it records its URL
-    proc = subprocess.Popen([*LOOM, "up", "--local-nodes", "1", "--gpus-per-node", "4",
-                             "--tenants", str(tenants), "--forecast-every",
-                             str(FORECAST_EVERY_S), "--prometheus-port", "0"],
-                            stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # printed once every service answers PING
-        found = re.search(r"nats://[0-9.]+:[0-9]+", line)
-        assert found, f"loom up printed {line!r}"
-        yield proc, found.group(0)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with loom_up(tmp_path, "--local-nodes", "1", "--gpus-per-node", "4", "--tenants",
+                 str(tenants), "--forecast-every", str(FORECAST_EVERY_S),
+                 "--prometheus-port", "0") as up:
+        yield up
 
 
 @dataclass
@@ -214,7 +192,7 @@ async def scenario(url: str, gate: Path) -> dict[str, Any]:
     submitted = time.monotonic()
     await submit("b1", "team-b", "--model", "script", "--gpus", "2", "--iterations", "20",
                  "--iteration-time", "0.5", "--env", f"GATE={gate}",
-                 "--command", sys.executable, "-c", GATED)
+                 "--command", sys.executable, "-c", GATED_SCRIPT)
     reclaimed_at, reclaim = await watch.until("a reclaim", lambda: watch.transition(
         lambda t: t.state is JobState.PREEMPTED))
     times["b1 submitted -> reclaim"] = reclaimed_at - submitted

@@ -32,6 +32,7 @@ from schemas.codec import decode
 from schemas.events import PlanDecided, TrainerReport, gpu_count
 from services.runtime.bus import MSG_ID
 from services.runtime.nats_live import ensure_stream
+from tests.integration.live_up import GATED_SCRIPT
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.nats
@@ -46,17 +47,6 @@ TOTAL = 1000
 BATCH = 512
 PLAIN = 25  # the plain job's iterations
 
-# An unmodified job: counts, prints its progress in Loom's form, and (for the test) waits for a
-# file before its last iteration.
-PLAIN_SCRIPT = """
-import os, pathlib, time
-n, gate = int(os.environ["LOOM_ITERATIONS"]), pathlib.Path(os.environ["GATE"])
-for i in range(1, n + 1):
-    while i == n and not gate.exists():
-        time.sleep(0.05)
-    time.sleep(0.02)
-    print(f"LOOM_PROGRESS iteration={i} loss={1 / i:.4f}", flush=True)
-"""
 
 
 class Watch:
@@ -119,7 +109,7 @@ async def _scenario(url: str, gate: Path) -> dict[str, Any]:
                          headers={MSG_ID: f"submit.{body['job_id']}"})
 
     await submit({"job_id": "plain", "model": "script", "gpus": 1, "iterations": PLAIN,
-                  "iteration_time_s": 0.05, "command": [sys.executable, "-c", PLAIN_SCRIPT],
+                  "iteration_time_s": 0.05, "command": [sys.executable, "-c", GATED_SCRIPT],
                   "env": {"GATE": str(gate)}})
     await watch.until("plain", "iteration 3", lambda r: r.iteration >= 3)
     # An unmodified job is stopped (SIGTERM) and restarted: it runs its command again.
