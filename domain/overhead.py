@@ -83,6 +83,11 @@ class OverheadModel:
         """Whether a scheduling cycle costs running jobs time (`per_event` can be > 0)."""
         return self.kind in ("muri", "elasticflow")
 
+    @property
+    def charges_restart(self) -> bool:
+        """Whether a (re)start can cost time (`restart` can be > 0)."""
+        return self.kind in ("flat", "elasticflow", "elasticflow-baseline", "profile")
+
     def per_event(self, spec: JobSpec) -> float:
         if self.kind == "muri":
             return _MURI_OVERHEAD.get(spec.gpus, {}).get(spec.model, _MURI_DEFAULT)

@@ -97,7 +97,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
     bus = await _make_bus(cfg, kernel)
     if writer is not None:
         bus = RecordingBus(bus, writer, clock.now)
-    metrics = MetricsCore(cfg.cluster.total_gpus)
+    metrics = MetricsCore(cfg.cluster.total_gpus, overhead)
     cores: list[Core] = [metrics, scheduler, PlacerCore(cfg.cluster)]
     cores += [SimNodeCore(node, overhead, cfg.profile) for node in cfg.cluster.nodes]
     injector = InjectorCore(cfg.jobs)

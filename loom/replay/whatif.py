@@ -7,6 +7,7 @@ at their recorded times, on the header's cluster with its overhead model and see
 
 from __future__ import annotations
 
+from domain.overhead import parse_overhead
 from loom.eventlog import EventLog, EventLogError
 from loom.replay.cores import cluster_of, profile_of, tenants_of
 from loom.replay.engine import recorded_envelope
@@ -48,7 +49,7 @@ def arrivals(log: EventLog) -> list[JobSpec]:
 
 def recorded_summary(log: EventLog) -> dict[str, object]:
     """The recorded run's metrics, from its scheduler's transitions and plans."""
-    metrics = MetricsCore(cluster_of(log).total_gpus)
+    metrics = MetricsCore(cluster_of(log).total_gpus, parse_overhead(log.run.overhead))
     for rec in log.records:
         env = recorded_envelope(rec)
         if env is not None and isinstance(env.body, (JobTransitionV1, PlanDecided)):

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.causes import RECLAIMED
+from domain.overhead import OverheadModel
 from schemas import subjects
 from schemas.events import Envelope, JobTransitionV1, NodeHeartbeat, PlanDecided, StartForecast
-from schemas.job import JobState
+from schemas.job import JobSpec, JobState
 from schemas.queue_status import QueueStatus
 from services.metrics.forecasts import ForecastScores
 from services.metrics.queues import QueueBoard
@@ -42,6 +43,10 @@ class JobOutcome:
     contention: float | None = None  # average active jobs over its lifetime (≥ 1)
     total_gpus: int = 0
     gpu_s: float = 0.0  # GPU-seconds it held (per-tenant shares)
+    # GPU-seconds its preemptions cost: each run's work since its last checkpoint (taken as
+    # the run's start, an upper bound) and each restart's overhead; those by reclaim apart.
+    lost_gpu_s: float = 0.0
+    reclaim_lost_gpu_s: float = 0.0
     # Seconds spent waiting (queued, or preempted and not yet restarted), every wait counted;
     # `waiting_since` is when the current wait began (None: not waiting now).
     pending_s: float = 0.0
@@ -184,8 +189,12 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 class MetricsCore(CoreDefaults):
     name = "metrics"
 
-    def __init__(self, total_gpus: int) -> None:
+    def __init__(self, total_gpus: int, overhead: OverheadModel | None = None) -> None:
         self.total_gpus = total_gpus
+        # The run's restart cost model (a simulation's); None: restarts cost what they take,
+        # which a live run's JCT shows but no model here can count.
+        self.overhead = overhead if overhead is not None and overhead.charges_restart else None
+        self._specs: dict[str, JobSpec] = {}  # with such a model: what a restart costs varies
         self.jobs: dict[str, JobOutcome] = {}
         self._digest = hashlib.sha256()
         self.decisions = 0
@@ -294,6 +303,8 @@ class MetricsCore(CoreDefaults):
                              spec.deadline_s, spec.best_effort, t.state, work_s=spec.work_s,
                              total_gpus=self.total_gpus)
             self.jobs[t.job_id] = out
+            if self.overhead is not None:
+                self._specs[t.job_id] = spec
             if t.state.waiting:  # its wait began when it was submitted
                 out.waiting_since = min(spec.submit_time_s, at)
             if t.state is JobState.QUEUED:
@@ -308,12 +319,19 @@ class MetricsCore(CoreDefaults):
         if t.previous is JobState.RUNNING and t.job_id in self._held_since:
             since, held = self._held_since.pop(t.job_id)
             out.gpu_s += held * (at - since)
-            if t.state is JobState.PREEMPTED and t.why().text.startswith(RECLAIMED):
-                # A queue took its lent quota back: the run's work since its last checkpoint
-                # (its start: the scheduler hears of no other) is what the reclaim can cost.
-                self.reclaims += 1
-                self.reclaim_gpu_s += held * (at - since)
-                self.queues.reclaimed(out.tenant)
+            if t.state is JobState.PREEMPTED:
+                # The run's work since its last checkpoint (its start: the scheduler hears of
+                # no other) is what the preemption can cost.
+                out.lost_gpu_s += held * (at - since)
+                if t.why().text.startswith(RECLAIMED):  # a queue took its lent quota back
+                    self.reclaims += 1
+                    self.reclaim_gpu_s += held * (at - since)
+                    out.reclaim_lost_gpu_s += held * (at - since)
+                    self.queues.reclaimed(out.tenant)
+        if (t.state is JobState.RUNNING and t.previous is JobState.PREEMPTED
+                and self.overhead is not None):
+            width = sum(len(idx) for _, idx in t.placement) or out.gpus
+            out.lost_gpu_s += width * self.overhead.restart(self._specs[t.job_id], width)
         if t.state is JobState.RUNNING:
             gpus = [(node, i) for node, idx in t.placement for i in idx]
             self._held_since[t.job_id] = (at, len(gpus) or out.gpus)
@@ -390,6 +408,9 @@ class MetricsCore(CoreDefaults):
             # start; Loom's trainer checkpoints on the stop, so an upper bound).
             "reclaims": self.reclaims,
             "reclaim_lost_gpu_h": self.reclaim_gpu_s / 3600.0,
+            # Every preemption's such work, and each resumption's restart overhead (the run's
+            # overhead model: a simulation's; none on a live cluster), per tenant below too.
+            "preemption_lost_gpu_h": sum(j.lost_gpu_s for j in self.jobs.values()) / 3600.0,
             # Failures a trace records that the run replayed (`loom sim --replay-failures`):
             # restarts, and last runs that failed for good.
             "failures_replayed": self.faults["recorded-failure"],
@@ -435,5 +456,7 @@ class MetricsCore(CoreDefaults):
                 "avg_jct_s": sum(jcts) / len(jcts) if jcts else None,
                 "gpu_s": gpu_s,
                 "avg_gpus": gpu_s / span if span > 0 else 0.0,
+                "preemption_lost_gpu_h": sum(j.lost_gpu_s for j in mine) / 3600.0,
+                "reclaim_lost_gpu_h": sum(j.reclaim_lost_gpu_s for j in mine) / 3600.0,
             }
         return out
