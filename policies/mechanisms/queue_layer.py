@@ -9,6 +9,7 @@ recomputes it from its recorded runs (`restore`).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from policies.mechanisms.quota import Book
 from schemas.tenants import TenantsConfig
 
 if TYPE_CHECKING:
-    from policies.base import Fitter, Snapshot
+    from policies.base import Fitter, Plan, Policy, Snapshot
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,28 @@ class AdmissionStep:
             return TenantGate(fit, snap, self.config)
         return self.queues.gate(fit, snap)
 
+    def plan(self, policy: Policy, fit: Fitter, snap: Snapshot
+             ) -> tuple[Plan, TenantGate | QueueGate]:
+        """The policy's plan through this cycle's gate, woken when the gate asks too (a
+        reclaim waiting for a job to come of age, a re-plan at this instant)."""
+        gate = self.gate(fit, snap)
+        plan = policy.plan(snap, gate)
+        if gate.wakeup_at is not None:
+            plan.wakeup_at = min(plan.wakeup_at or math.inf, gate.wakeup_at)
+        return plan, gate
+
     def fork(self) -> AdmissionStep:
         """A copy for a forecast to play forward (the tenant rules keep nothing across
         cycles; the queues keep their usage and the last cycle's reservations)."""
         twin = copy.copy(self)
         twin.queues = None if self.queues is None else self.queues.fork()
         return twin
+
+
+def replans_in_the_round(policy: Policy, gate: TenantGate | QueueGate, now: float) -> bool:
+    """Whether a scheduler re-planning by rounds should re-plan at `now` as well: the gate asks
+    to (a claim the walk left unmet, a refusal gone stale) and the policy is event-driven, run
+    in rounds. A policy that plans by rounds itself (Gavel's) plans once a round: a second plan
+    in the same round would share out the round's time again (and, with the queues asking
+    every tick, could undo every start at the instant it was made)."""
+    return gate.wakeup_at == now and policy.replan != "round"

@@ -194,7 +194,7 @@ class MetricsCore(CoreDefaults):
         # The run's restart cost model (a simulation's); None: restarts cost what they take,
         # which a live run's JCT shows but no model here can count.
         self.overhead = overhead if overhead is not None and overhead.charges_restart else None
-        self._specs: dict[str, JobSpec] = {}  # with such a model: what a restart costs varies
+        self._specs: dict[str, JobSpec] = {}  # live jobs, with such a model: restarts' costs
         self.jobs: dict[str, JobOutcome] = {}
         self._digest = hashlib.sha256()
         self.decisions = 0
@@ -351,6 +351,7 @@ class MetricsCore(CoreDefaults):
                 self.faults[fault] += 1
         if t.state.terminal:
             self.forecasts.dropped(t.job_id)
+            self._specs.pop(t.job_id, None)  # it restarts no more
         if t.state.terminal and t.job_id in self._area_at_admit:
             admitted, area = self._area_at_admit.pop(t.job_id)
             now_area = self._contend(-1, at)

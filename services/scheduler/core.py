@@ -35,7 +35,7 @@ from domain.placement import CyclePlacement, Scheme
 from domain.topology import Topology
 from policies.base import JobView, Plan, Policy, Snapshot
 from policies.mechanisms.admission import TenantGate
-from policies.mechanisms.queue_layer import AdmissionStep
+from policies.mechanisms.queue_layer import AdmissionStep, replans_in_the_round
 from policies.mechanisms.queues import QueueGate
 from schemas import subjects
 from schemas.causes import Cause
@@ -322,10 +322,7 @@ class SchedulerCore(CoreDefaults):
         if in_place:
             snap = replace(snap, in_place=True)
         if self.admission is not None:
-            self.tenancy = self.admission.gate(fit, snap)
-            plan = self.policy.plan(snap, self.tenancy)
-            if self.tenancy.wakeup_at is not None:  # queues: a reclaim waiting, a stale refusal
-                plan.wakeup_at = min(plan.wakeup_at or math.inf, self.tenancy.wakeup_at)
+            plan, self.tenancy = self.admission.plan(self.policy, fit, snap)
         else:
             plan = self.policy.plan(snap, fit)
         self.last_plan = plan
@@ -423,13 +420,8 @@ class SchedulerCore(CoreDefaults):
             elif self.wakeup_at is not None:
                 self.wakeup_at = None
                 effects.append(CancelTimer("wakeup"))
-        elif (self.tenancy is not None and self.tenancy.wakeup_at == now
-              and self.cycle_at is None and self.policy.replan != "round"):
-            # An event-driven policy run in rounds re-plans at once when the queues ask to (a
-            # claim the walk left unmet, a refusal gone stale), not a round later. A policy
-            # that plans by rounds itself (Gavel's) plans once a round: a second plan in the
-            # same round would share out the round's time again (and, with the queues asking
-            # every tick, could undo every start at the instant it was made).
+        elif (self.tenancy is not None and self.cycle_at is None
+              and replans_in_the_round(self.policy, self.tenancy, now)):
             self.cycle_at, self._trigger = now, "wakeup"
             effects.append(SetTimer("cycle", now, PRIORITY_CYCLE))
         return effects

@@ -30,7 +30,7 @@ from domain.overhead import OverheadModel, parse_overhead
 from domain.placement import CyclePlacement, Scheme
 from domain.topology import Topology
 from policies.base import JobView, Plan, Policy, Replan, Snapshot
-from policies.mechanisms.queue_layer import AdmissionStep
+from policies.mechanisms.queue_layer import AdmissionStep, replans_in_the_round
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobState
@@ -250,11 +250,8 @@ class _Forward:
         if self.admission is None:
             self._apply(self.policy.plan(snap, fit), t)
             return
-        gate = self.admission.gate(fit, snap)  # queues: reclaim, borrowing, fair share
-        plan = self.policy.plan(snap, gate)
-        if gate.wakeup_at is not None:  # a reclaim waiting for a job to come of age
-            plan.wakeup_at = min(plan.wakeup_at or math.inf, gate.wakeup_at)
-        self.replan_now = gate.wakeup_at == t and self.policy.replan != "round"
+        plan, gate = self.admission.plan(self.policy, fit, snap)  # queues: reclaim, borrowing
+        self.replan_now = replans_in_the_round(self.policy, gate, t)
         self._apply(plan, t)
         self.replan_now = False
 
