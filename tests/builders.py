@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +11,10 @@ from typing import Any
 from loom.simulate import SimConfig, SimResult, run_simulation
 from policies.base import JobView
 from schemas.cluster import ClusterSpec
-from schemas.job import JobSpec
+from schemas.events import JobTransition, envelope
+from schemas.job import JobSpec, SubmitJob
+from services.runtime.effects import Effect, Publish
+from services.runtime.service import Core
 
 
 @dataclass
@@ -94,3 +98,24 @@ def simulate(jobs: Iterable[JobSpec], policy: str, cl: ClusterSpec | None = None
              **kwargs: Any) -> SimResult:
     cfg = SimConfig(policy=policy, jobs=jobs, cluster=cl or cluster(), **kwargs)
     return asyncio.run(run_simulation(cfg))
+
+
+_event_ids = itertools.count(1)
+
+
+def deliver(core: Core, body: Any, now: float) -> list[Effect]:
+    """`body` handed to a core at `now` in an envelope of its own, as its shell would."""
+    env = envelope(body, event_id=f"ev{next(_event_ids)}", occurred_at=now, producer="test",
+                   causation_id=None)
+    return core.handle(env, now)
+
+
+def transitions(effects: list[Effect]) -> list[JobTransition]:
+    """The job transitions among a core's effects."""
+    return [e.body for e in effects if isinstance(e, Publish)
+            and isinstance(e.body, JobTransition)]
+
+
+def submit(core: Core, spec: JobSpec, now: float = 0.0) -> list[JobTransition]:
+    """Submit `spec` to a scheduler core at `now`: the transitions that follow at once."""
+    return transitions(deliver(core, SubmitJob.from_spec(spec), now))

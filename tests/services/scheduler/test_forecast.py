@@ -14,7 +14,7 @@ import policies
 from domain import causes
 from domain.overhead import parse_overhead
 from policies.fifo import Fifo
-from schemas.events import JobFinished, StartForecast, envelope
+from schemas.events import JobFinished, StartForecast
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.tenants import parse_tenants
 from services.runtime.effects import Effect, Publish
@@ -24,16 +24,7 @@ from services.scheduler.core import SchedulerCore
 from services.scheduler.forecast import ForecastLimits, forecast, progressed
 from services.scheduler.jobs import JobRecord
 from services.scheduler.lifecycle import Transition
-from tests.builders import cluster, make_job, simulate
-
-_n = 0
-
-
-def _deliver(core: SchedulerCore, body: Any, now: float) -> list[Effect]:
-    global _n
-    _n += 1
-    env = envelope(body, event_id=f"e{_n}", occurred_at=now, producer="t", causation_id=None)
-    return core.handle(env, now)
+from tests.builders import cluster, deliver, make_job, simulate
 
 
 def _core(policy: str = "fifo", nodes: int = 1, gpus: int = 4, **config: Any
@@ -45,7 +36,7 @@ def _core(policy: str = "fifo", nodes: int = 1, gpus: int = 4, **config: Any
 def _after_first_cycle(core: SchedulerCore, jobs: list[JobSpec]) -> list[Effect]:
     """Every job submitted at 0, then the cycle at 0 (or the first round)."""
     for spec in jobs:
-        _deliver(core, SubmitJob.from_spec(spec), 0.0)
+        deliver(core, SubmitJob.from_spec(spec), 0.0)
     return core.on_timer("tick" if core.config.replan == "round" else "cycle", 0.0)
 
 
@@ -139,8 +130,8 @@ def test_forecasting_leaves_the_scheduler_as_it_was(policy: str) -> None:
         running = sorted(core.jobs.running)
         for jid in running[:2]:  # two runs end, and the cycle after
             rec = core.jobs.running[jid]
-            effects += _deliver(core, JobFinished(job_id=jid, node_id=rec.placement[0][0],
-                                                  iterations_done=rec.spec.iterations), 500.0)
+            effects += deliver(core, JobFinished(job_id=jid, node_id=rec.placement[0][0],
+                                                 iterations_done=rec.spec.iterations), 500.0)
         effects += core.on_timer("cycle", 500.0)
         outs.append([e for e in effects
                      if not (isinstance(e, Publish) and isinstance(e.body, StartForecast))])
@@ -184,7 +175,7 @@ def test_a_status_request_refreshes_a_forecast_that_leaves_out_a_waiting_job() -
     core = _core("fifo", forecast_every_s=60.0)
     _after_first_cycle(core, [_job("a", 4, 100), _job("b", 4, 50)])
     first = core.forecasts.last
-    _deliver(core, SubmitJob.from_spec(_job("c", 4, 10)), 30.0)
+    deliver(core, SubmitJob.from_spec(_job("c", 4, 10)), 30.0)
     assert not _forecasts(core.on_timer("cycle", 30.0))  # 30 s after the last: not published
     assert core.forecasts.last is first
     state = core.state(31.0)
@@ -214,9 +205,9 @@ def test_published_forecasts_keep_their_cadence_and_split_in_parts(
     assert [(p.part, p.parts, len(p.starts)) for p in parts] == [(0, 3, 2), (1, 3, 2), (2, 3, 1)]
     merged = {k: v for p in parts for k, v in p.starts.items()}
     assert merged == {f"w{i}": 60.0 * (i + 1) for i in range(5)}
-    finished = _deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=60), 60.0)
+    finished = deliver(core, JobFinished(job_id="a", node_id="n0", iterations_done=60), 60.0)
     assert not _forecasts(finished + core.on_timer("cycle", 60.0))  # 60 s after the last
-    _deliver(core, JobFinished(job_id="w0", node_id="n0", iterations_done=60), 120.0)
+    deliver(core, JobFinished(job_id="w0", node_id="n0", iterations_done=60), 120.0)
     again = _forecasts(core.on_timer("cycle", 120.0))
     assert again and again[0].at == 120.0
 

@@ -6,8 +6,6 @@ has not, is refused."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import policies
@@ -25,16 +23,7 @@ from schemas.job import JobState
 from services.nodeagent.doctor import CHECKS, PER_GPU
 from services.runtime.effects import Effect, SetTimer
 from services.scheduler.core import SchedulerConfig, SchedulerCore
-from tests.builders import cluster, make_job
-
-_n = 0
-
-
-def deliver(core: SchedulerCore, body: Any, now: float) -> list[Effect]:
-    global _n
-    _n += 1
-    return core.handle(envelope(body, event_id=f"h{_n}", occurred_at=now, producer="t",
-                                causation_id=None), now)
+from tests.builders import cluster, deliver, make_job
 
 
 def problem(check: str, gpu: int | None = None, status: str = "fail",

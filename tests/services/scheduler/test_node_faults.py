@@ -34,16 +34,7 @@ from services.scheduler.liveness import (
     lost_key,
     retry_key,
 )
-from tests.builders import cluster, make_job
-
-_n = 0
-
-
-def deliver(core: SchedulerCore, body: Any, now: float) -> list[Effect]:
-    global _n
-    _n += 1
-    env = envelope(body, event_id=f"f{_n}", occurred_at=now, producer="t", causation_id=None)
-    return core.handle(env, now)
+from tests.builders import cluster, deliver, make_job
 
 
 def published(effects: list[Effect], kind: type) -> list[Any]:

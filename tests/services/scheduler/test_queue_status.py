@@ -8,12 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 import policies
 from policies.mechanisms.fairshare import accrue
 from schemas.cluster import ClusterSpec
-from schemas.events import envelope
 from schemas.job import JobSpec, SubmitJob
 from schemas.queue_status import QueueState, QueueStatus
 from schemas.queues import ANY_TYPE
@@ -23,18 +21,10 @@ from services.runtime.effects import Effect, Publish
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.core import SchedulerCore
 from services.scheduler.queue_status import apportion, split
-from tests.builders import cluster
+from tests.builders import cluster, deliver
 from tests.policies.mechanisms.queue_fixtures import job, queue_file, queues
 
 HETERO = ClusterSpec.heterogeneous({"a100": 4, "v100": 4}, 4)
-_n = 0
-
-
-def deliver(sched: SchedulerCore, body: BaseModel, now: float) -> list[Effect]:
-    global _n
-    _n += 1
-    return sched.handle(envelope(body, event_id=f"qs{_n}", occurred_at=now, producer="test",
-                                 causation_id=None), now)
 
 
 def scheduler(tenants: TenantsConfig | None, cl: ClusterSpec | None = None,

@@ -5,37 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 import policies
-from schemas.events import JobTransition, PlanDecided, envelope
-from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.events import JobTransition, PlanDecided
+from schemas.job import JobSpec, JobState
 from schemas.status import StatusCode
 from services.runtime.effects import Effect, Publish, SetTimer
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.core import SchedulerCore
-from tests.builders import cluster, make_job
+from tests.builders import cluster, make_job, submit
 from tests.policies.mechanisms.queue_fixtures import queue_file
-
-_n = 0
 
 
 def core(policy: str = "fifo", **specs: dict[str, Any]) -> SchedulerCore:
     return SchedulerCore(cluster(2, 4), policies.make(policy),
                          SchedulerConfig(tenants=queue_file(specs)))
-
-
-def deliver(sched: SchedulerCore, body: BaseModel, now: float) -> list[Effect]:
-    global _n
-    _n += 1
-    env = envelope(body, event_id=f"q{_n}", occurred_at=now, producer="test",
-                   causation_id=None)
-    return sched.handle(env, now)
-
-
-def submit(sched: SchedulerCore, spec: JobSpec, now: float = 0.0) -> list[JobTransition]:
-    effects = deliver(sched, SubmitJob.from_spec(spec), now)
-    return [e.body for e in effects if isinstance(e, Publish) and isinstance(e.body, JobTransition)]
 
 
 def plan(effects: list[Effect]) -> tuple[list[str], list[str]]:

@@ -13,7 +13,7 @@ import pytest
 import policies
 from domain import causes
 from loom.builders import ServeOptions, scheduler_for
-from schemas.events import JobFinished, JobTransition, PlanDecided, envelope
+from schemas.events import JobFinished, PlanDecided
 from schemas.job import JobSpec, JobState, SubmitJob
 from schemas.status import StatusCode
 from services.runtime.effects import Effect, Publish, SetTimer
@@ -22,23 +22,9 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.core import SchedulerCore
 from services.scheduler.intake import NO_REPLAY
 from services.scheduler.liveness import RetryPolicy, retry_key
-from tests.builders import cluster, make_job, simulate
+from tests.builders import cluster, deliver, make_job, simulate, transitions
 from tests.traces.production_builders import attempt, philly_job, write_acme, write_philly_log
 from traces import load_trace
-
-_n = 0
-
-
-def deliver(core: SchedulerCore, body: Any, now: float) -> list[Effect]:
-    global _n
-    _n += 1
-    env = envelope(body, event_id=f"r{_n}", occurred_at=now, producer="t", causation_id=None)
-    return core.handle(env, now)
-
-
-def transitions(effects: list[Effect]) -> list[JobTransition]:
-    return [e.body for e in effects if isinstance(e, Publish)
-            and isinstance(e.body, JobTransition)]
 
 
 def timers(effects: list[Effect]) -> dict[Any, float]:

@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 import policies
-from schemas.events import JobFinished, JobTransition, PlanDecided, envelope
-from schemas.job import JobSpec, JobState, SubmitJob
+from schemas.events import JobFinished, PlanDecided
+from schemas.job import JobSpec, JobState
 from schemas.status import StatusCode
 from schemas.tenants import TenantLimits, TenantsConfig
 from services.runtime.effects import Effect, Publish
 from services.scheduler.core import SchedulerConfig, SchedulerCore
-from tests.builders import cluster, make_job
-
-_n = 0
+from tests.builders import cluster, deliver, make_job, submit
 
 
 def core(policy: str = "fifo", **limits: TenantLimits) -> SchedulerCore:
     return SchedulerCore(cluster(1, 4), policies.make(policy),
                          SchedulerConfig(tenants=TenantsConfig(tenants=limits)))
-
-
-def deliver(sched: SchedulerCore, body: BaseModel, now: float) -> list[Effect]:
-    global _n
-    _n += 1
-    env = envelope(body, event_id=f"t{_n}", occurred_at=now, producer="test",
-                   causation_id=None)
-    return sched.handle(env, now)
-
-
-def submit(sched: SchedulerCore, spec: JobSpec, now: float = 0.0) -> list[JobTransition]:
-    effects = deliver(sched, SubmitJob.from_spec(spec), now)
-    return [e.body for e in effects if isinstance(e, Publish) and isinstance(e.body, JobTransition)]
 
 
 def launched(effects: list[Effect]) -> list[str]:
