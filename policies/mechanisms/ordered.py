@@ -38,6 +38,7 @@ class OrderedPolicy(Policy):
         self._buckets: dict[int, SortedList] = {}  # GPU count → sorted (key, job_id)
         self._wkey: dict[str, tuple[Key, int]] = {}
         self._last: Plan | None = None
+        self._running: tuple[tuple[JobView, ...], list[tuple[Key, str]]] | None = None
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -70,15 +71,26 @@ class OrderedPolicy(Policy):
         return out
 
     def running_keys(self, snap: Snapshot) -> list[tuple[Key, str]]:
-        return sorted((self.key(v), v.job_id) for v in snap.running)
+        keys = self._keys_of(snap)
+        keys.sort()
+        return keys
+
+    def _keys_of(self, snap: Snapshot) -> list[tuple[Key, str]]:
+        """The running jobs' ranks, unsorted; computed once per snapshot (`running_stays`
+        and a full walk both need them)."""
+        cached = self._running
+        if cached is not None and cached[0] is snap.running:
+            return cached[1]
+        keys = [(self.key(v), v.job_id) for v in snap.running]
+        self._running = (snap.running, keys)
+        return keys
 
     def running_stays(self, snap: Snapshot) -> bool:
         # Exact for the plain walk below; a subclass that plans otherwise says False (Tiresias).
         heads = [b[0] for b in self._buckets.values() if b]
         if not heads or not snap.running:
             return True
-        first = min(heads)
-        return all((self.key(v), v.job_id) < first for v in snap.running)
+        return bool(max(self._keys_of(snap)) < min(heads))
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         if snap.in_place:

@@ -25,7 +25,7 @@ the queues' status (`queue_status`, likewise).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -52,6 +52,7 @@ from schemas.events import (
     OperatorCommand,
     PlanDecided,
     Stop,
+    gpu_count,
 )
 from schemas.job import JobState, SubmitJob
 from schemas.queue_status import QueueStatus
@@ -301,11 +302,11 @@ class SchedulerCore(CoreDefaults):
         running_views = []
         # Admission order, not start order: policies that visit running jobs one by one (e.g.
         # Tiresias demotions) must not depend on when a job last resumed.
+        views = self.views
         for rec in self.jobs.running_in_order():
             assert rec.run is not None
-            self.advance(rec, now, rec.run.per_event_s)
-            view = rec.view()
-            self.views[rec.spec.job_id] = view
+            rec.account(now, rec.run.per_event_s)
+            view = views[rec.spec.job_id] = rec.view()
             running_views.append(view)
         snap = Snapshot(
             now=now,
@@ -354,11 +355,7 @@ class SchedulerCore(CoreDefaults):
     def advance(self, rec: JobRecord, now: float, lost_s: float) -> None:
         """Bring a running job's estimated progress and attained time up to `now`, as its
         node agent accounts it (see module docstring); `lost_s`: what the interruption costs."""
-        assert rec.run is not None
-        rec.run.advance(now, lost_s)
-        rec.iterations_done = rec.spec.iterations - rec.run.remaining
-        rec.attained_s += now - rec.accounted_at
-        rec.accounted_at = now
+        rec.account(now, lost_s)
 
     def _apply(self, plan: Plan, now: float) -> list[Effect]:
         transitions: list[Effect] = []
@@ -384,9 +381,10 @@ class SchedulerCore(CoreDefaults):
             cause = causes.PREEMPTED if lender is None else causes.reclaimed(lender)
             transitions.append(self.transition(rec, JobState.PREEMPTED, cause, now))
             self.views[jid] = rec.view()
+        groups = plan.groups
         for jid, slots in plan.run.items():
-            rec = self.jobs[jid]
-            group = plan.groups.get(jid, ())
+            rec = running.get(jid) or self.jobs[jid]
+            group = groups.get(jid, ()) if groups else ()
             if rec.state is JobState.RUNNING:
                 if rec.placement == slots and rec.group == group:
                     continue
@@ -408,9 +406,7 @@ class SchedulerCore(CoreDefaults):
             self.views[jid] = rec.view()
         effects: list[Effect] = []
         if stops or launches:
-            busy = len({(node, i) for r in running.values() for node, gpus in r.placement
-                        for i in gpus})
-            effects.append(self.plan_out(stops, launches, busy_gpus=busy))
+            effects.append(self.plan_out(stops, launches, busy_gpus=busy_gpus(running)))
         effects += transitions
         if self.config.replan != "round":
             # Always re-arm or clear: a stale wake-up would add a cycle the policy did not ask for.
@@ -439,3 +435,15 @@ class SchedulerCore(CoreDefaults):
         rec.run = launch_progress(rec.spec, rec.iterations_done, slots, members,
                                   self.topology.type_of.get(slots[0][0]), self.config.overhead,
                                   self.config.profile, self._adaptive_batch, now)
+
+
+def busy_gpus(running: Mapping[str, JobRecord]) -> int:
+    """GPUs the running jobs hold, each counted once: only a co-located group's members share
+    GPUs (a job alone has its own), so only theirs need a set."""
+    alone, shared = 0, set[tuple[str, int]]()
+    for rec in running.values():
+        if rec.group:
+            shared.update((node, i) for node, gpus in rec.placement for i in gpus)
+        else:
+            alone += gpu_count(rec.placement)
+    return alone + len(shared)

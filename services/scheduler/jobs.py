@@ -8,8 +8,9 @@ table and published) or, when a scheduler is rebuilt from the stream, `JobTable.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from domain.progress import RunProgress
 from policies.base import JobView
@@ -61,17 +62,28 @@ class JobRecord:
         """Whether its placement uses `node`."""
         return any(n == node for n, _ in self.placement)
 
+    def account(self, now: float, lost_s: float) -> None:
+        """Bring a running job's estimated progress and attained time up to `now`, as its
+        node agent accounts it; `lost_s`: what the interruption costs."""
+        run = self.run
+        assert run is not None
+        run.advance(now, lost_s)
+        self.iterations_done = self.spec.iterations - run.remaining
+        self.attained_s += now - self.accounted_at
+        self.accounted_at = now
+
     def view(self) -> JobView:
-        running = self.state is JobState.RUNNING
-        # While it runs, its latest transition is the one into its current run.
-        since = self.last.at if running and self.last is not None else None
-        return JobView.make(self.spec, running, self.iterations_done, self.attained_s,
-                            self.preemptions, gpu_count(self.placement) if running else 0,
-                            since)
+        if self.state is JobState.RUNNING:
+            # While it runs, its latest transition is the one into its current run.
+            since = self.last.at if self.last is not None else None
+            return JobView.make(self.spec, True, self.iterations_done, self.attained_s,
+                                self.preemptions, gpu_count(self.placement), since)
+        return JobView.make(self.spec, False, self.iterations_done, self.attained_s,
+                            self.preemptions, 0)
 
 
-def admission_order(rec: JobRecord) -> int:
-    return rec.admitted
+# A record's place in admission order (the sort key of running jobs, every cycle: C-level).
+admission_order: Callable[[JobRecord], int] = attrgetter("admitted")
 
 
 @dataclass(slots=True)
