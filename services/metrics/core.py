@@ -87,16 +87,27 @@ class JobOutcome:
         )
 
 
+# The states as module constants, and the sets `JobState.waiting` / `.terminal` test: these
+# run on every transition, where `JobState.X` (a lookup through the enum's metaclass) and those
+# properties cost several times a global's lookup.
+_QUEUED, _RUNNING, _PREEMPTED = JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED
+_FINISHED, _FAILED, _REJECTED = JobState.FINISHED, JobState.FAILED, JobState.REJECTED
+_WAITING = frozenset(s for s in JobState if s.waiting)
+_TERMINAL = frozenset(s for s in JobState if s.terminal)
+# How a state (or no previous state) reads in a record: what formatting it gives, looked up.
+_STATE_TEXT: dict[JobState | None, str] = {None: "None", **{s: f"{s}" for s in JobState}}
+
+
 # The decision log behind `decision_digest`: one canonical line per decision. Floats use repr
 # (shortest round-trip form), so equal values give equal lines on every bus and machine.
 def transition_record(t: JobTransitionV1, at: float) -> str:
-    return (f"T {at!r} {t.job_id} {t.previous} {t.state} {t.cause} {t.gpus} {t.placement} "
-            f"{t.iterations_done!r}\n")
+    return (f"T {at!r} {t.job_id} {_STATE_TEXT[t.previous]} {_STATE_TEXT[t.state]} {t.cause} "
+            f"{t.gpus} {t.placement} {t.iterations_done!r}\n")
 
 
 def plan_record(p: PlanDecided, at: float) -> str:
-    launches = " ".join(f"{x.job_id}@{x.placement}:{x.iterations_done!r}" for x in p.launches)
-    stops = " ".join(f"{x.job_id}:{x.reason}" for x in p.stops)
+    launches = " ".join([f"{x.job_id}@{x.placement}:{x.iterations_done!r}" for x in p.launches])
+    stops = " ".join([f"{x.job_id}:{x.reason}" for x in p.stops])
     return f"P {at!r} {p.cycle} [{launches}] [{stops}] {p.running} {p.busy_gpus}\n"
 
 
@@ -198,8 +209,9 @@ class MetricsCore(CoreDefaults):
         self.jobs: dict[str, JobOutcome] = {}
         self._digest = hashlib.sha256()
         self.decisions = 0
-        # GPU → how many running jobs hold it (interleaved jobs share GPUs; count a GPU once)
-        self._holders: Counter[tuple[str, int]] = Counter()
+        # GPU → how many running jobs hold it (interleaved jobs share GPUs; count a GPU once).
+        # A plain dict: a Counter's update and deletions run Python code for each GPU.
+        self._holders: dict[tuple[str, int], int] = {}
         self._placement: dict[str, list[tuple[str, int]]] = {}
         self._busy_since = 0.0
         self.busy_gpu_s = 0.0
@@ -233,23 +245,26 @@ class MetricsCore(CoreDefaults):
 
     def handle(self, env: Envelope, now: float) -> list[Effect]:
         body = env.body
-        if isinstance(body, NodeHeartbeat):  # telemetry, not a decision: outside the digest
-            self.heartbeats[body.node_id] = (env.occurred_at, body)
-            return []
-        if isinstance(body, StartForecast):  # an observation too: outside the digest
-            self.forecasts.forecast(body)
-            return []
-        if isinstance(body, QueueStatus):  # likewise
-            self.queues.status(body)
-            return []
-        self.decisions += 1
+        # Decisions first: nearly every message is one, most of them transitions.
         if isinstance(body, JobTransitionV1):  # either version
-            self._digest.update(transition_record(body, env.occurred_at).encode())
-            self._on_transition(body, env.occurred_at)
+            self.decisions += 1
+            at = env.occurred_at
+            self._digest.update(transition_record(body, at).encode())
+            self._on_transition(body, at)
         elif isinstance(body, PlanDecided):
+            self.decisions += 1
             self._digest.update(plan_record(body, env.occurred_at).encode())
-            self.interleaved += sum(1 for launch in body.launches if len(launch.colocated) > 1)
+            for launch in body.launches:
+                if len(launch.colocated) > 1:
+                    self.interleaved += 1
+        elif isinstance(body, NodeHeartbeat):  # telemetry, not a decision: outside the digest
+            self.heartbeats[body.node_id] = (env.occurred_at, body)
+        elif isinstance(body, StartForecast):  # an observation too: outside the digest
+            self.forecasts.forecast(body)
+        elif isinstance(body, QueueStatus):  # likewise
+            self.queues.status(body)
         else:
+            self.decisions += 1  # counted, as any message not an observation
             raise TypeError(f"metrics does not handle {env.type}")
         return []
 
@@ -280,99 +295,126 @@ class MetricsCore(CoreDefaults):
 
     def _occupy(self, job_id: str, gpus: list[tuple[str, int]] | None, at: float) -> None:
         """Job now holds `gpus` (None: nothing); integrates busy GPUs up to `at` first."""
-        self.busy_gpu_s += len(self._holders) * (at - self._busy_since)
-        self.usage.add(self._busy_since, at, len(self._holders))
+        holders = self._holders
+        busy, since = len(holders), self._busy_since
+        self.busy_gpu_s += busy * (at - since)
+        self.usage.add(since, at, busy)
         self._busy_since = at
         for gpu in self._placement.pop(job_id, ()):
-            self._holders[gpu] -= 1
-            if not self._holders[gpu]:
-                del self._holders[gpu]
+            held = holders[gpu]  # ≥ 1: each GPU of a placement counts in `holders`
+            if held == 1:
+                del holders[gpu]
+            else:
+                holders[gpu] = held - 1
         if gpus:
             self._placement[job_id] = gpus
-            self._holders.update(gpus)
+            for gpu in gpus:
+                holders[gpu] = holders.get(gpu, 0) + 1
 
     def _on_transition(self, t: JobTransitionV1, at: float) -> None:
-        out = self.jobs.get(t.job_id)
+        job_id, state, previous = t.job_id, t.state, t.previous
+        out = self.jobs.get(job_id)
         if out is None:
-            spec = t.spec
-            if spec is None:  # rejected before it had a valid spec
-                self.rejected += 1
-                self.rejected_by[_rejection_code(t)] += 1
+            out = self._admit(t, at)
+            if out is None:
                 return
-            out = JobOutcome(t.job_id, spec.tenant, spec.model, spec.gpus, spec.submit_time_s,
-                             spec.deadline_s, spec.best_effort, t.state, work_s=spec.work_s,
-                             total_gpus=self.total_gpus)
-            self.jobs[t.job_id] = out
-            if self.overhead is not None:
-                self._specs[t.job_id] = spec
-            if t.state.waiting:  # its wait began when it was submitted
-                out.waiting_since = min(spec.submit_time_s, at)
-            if t.state is JobState.QUEUED:
-                self._area_at_admit[t.job_id] = (at, self._contend(+1, at))
-            if self.first_submit is None or spec.submit_time_s < self.first_submit:
-                self.first_submit = spec.submit_time_s
-        if out.waiting_since is not None and not t.state.waiting:
-            out.pending_s += at - out.waiting_since
-            out.waiting_since = None
-        elif out.waiting_since is None and t.state.waiting:
+        waiting_since = out.waiting_since
+        if waiting_since is not None:
+            if state not in _WAITING:
+                out.pending_s += at - waiting_since
+                out.waiting_since = None
+        elif state in _WAITING:
             out.waiting_since = at
-        if t.previous is JobState.RUNNING and t.job_id in self._held_since:
-            since, held = self._held_since.pop(t.job_id)
-            out.gpu_s += held * (at - since)
-            if t.state is JobState.PREEMPTED:
-                # The run's work since its last checkpoint (its start: the scheduler hears of
-                # no other) is what the preemption can cost.
-                out.lost_gpu_s += held * (at - since)
-                if t.why().text.startswith(RECLAIMED):  # a queue took its lent quota back
-                    self.reclaims += 1
-                    self.reclaim_gpu_s += held * (at - since)
-                    out.reclaim_lost_gpu_s += held * (at - since)
-                    self.queues.reclaimed(out.tenant)
-        if (t.state is JobState.RUNNING and t.previous is JobState.PREEMPTED
-                and self.overhead is not None):
-            width = sum(len(idx) for _, idx in t.placement) or out.gpus
-            out.lost_gpu_s += width * self.overhead.restart(self._specs[t.job_id], width)
-        if t.state is JobState.RUNNING:
+        if previous is _RUNNING:
+            run = self._held_since.pop(job_id, None)
+            if run is not None:
+                since, held = run
+                gpu_s = held * (at - since)
+                out.gpu_s += gpu_s
+                if state is _PREEMPTED:
+                    # The run's work since its last checkpoint (its start: the scheduler hears
+                    # of no other) is what the preemption can cost.
+                    out.lost_gpu_s += gpu_s
+                    if t.why().text.startswith(RECLAIMED):  # a queue took its lent quota back
+                        self.reclaims += 1
+                        self.reclaim_gpu_s += gpu_s
+                        out.reclaim_lost_gpu_s += gpu_s
+                        self.queues.reclaimed(out.tenant)
+        if state is _RUNNING:
             gpus = [(node, i) for node, idx in t.placement for i in idx]
-            self._held_since[t.job_id] = (at, len(gpus) or out.gpus)
+            if previous is _PREEMPTED and self.overhead is not None:
+                width = len(gpus) or out.gpus
+                out.lost_gpu_s += width * self.overhead.restart(self._specs[job_id], width)
+            self._held_since[job_id] = (at, len(gpus) or out.gpus)
             # A transition without a placement (hand-made, or older producers) still counts.
-            self._occupy(t.job_id, gpus or [(f"job:{t.job_id}", i) for i in range(out.gpus)],
-                         at)
+            self._occupy(job_id, gpus or [(f"job:{job_id}", i) for i in range(out.gpus)], at)
             if out.start_s is None:
                 out.start_s = at
-            self.forecasts.started(t.job_id, at)
-        elif t.previous is JobState.RUNNING:
-            self._occupy(t.job_id, None, at)
-        if t.state is JobState.PREEMPTED:
-            out.preemptions += 1
-        if t.state in (JobState.PREEMPTED, JobState.FAILED):
-            fault = t.why().fault
-            if fault is not None:
-                self.faults[fault] += 1
-        if t.state.terminal:
-            self.forecasts.dropped(t.job_id)
-            self._specs.pop(t.job_id, None)  # it restarts no more
-        if t.state.terminal and t.job_id in self._area_at_admit:
-            admitted, area = self._area_at_admit.pop(t.job_id)
+            self.forecasts.started(job_id, at)
+        else:
+            if previous is _RUNNING:
+                self._occupy(job_id, None, at)
+            if state is _PREEMPTED:
+                out.preemptions += 1
+                self._fault(t)
+            elif state in _TERMINAL:
+                self._leave(t, out, at)
+        out.state = state
+        out.cause = t.cause
+
+    def _admit(self, t: JobTransitionV1, at: float) -> JobOutcome | None:
+        """The job's first transition: its outcome record (None: rejected without a spec)."""
+        spec = t.spec
+        if spec is None:  # rejected before it had a valid spec
+            self.rejected += 1
+            self.rejected_by[_rejection_code(t)] += 1
+            return None
+        out = JobOutcome(t.job_id, spec.tenant, spec.model, spec.gpus, spec.submit_time_s,
+                         spec.deadline_s, spec.best_effort, t.state, work_s=spec.work_s,
+                         total_gpus=self.total_gpus)
+        self.jobs[t.job_id] = out
+        if self.overhead is not None:
+            self._specs[t.job_id] = spec
+        if t.state in _WAITING:  # its wait began when it was submitted
+            out.waiting_since = min(spec.submit_time_s, at)
+        if t.state is _QUEUED:
+            self._area_at_admit[t.job_id] = (at, self._contend(+1, at))
+        if self.first_submit is None or spec.submit_time_s < self.first_submit:
+            self.first_submit = spec.submit_time_s
+        return out
+
+    def _fault(self, t: JobTransitionV1) -> None:
+        """Counts the fault behind a preemption or failure, if one was."""
+        fault = t.why().fault
+        if fault is not None:
+            self.faults[fault] += 1
+
+    def _leave(self, t: JobTransitionV1, out: JobOutcome, at: float) -> None:
+        """The job finished, failed or was rejected: it is no longer active."""
+        job_id, state = t.job_id, t.state
+        if state is _FAILED:
+            self._fault(t)
+        self.forecasts.dropped(job_id)
+        self._specs.pop(job_id, None)  # it restarts no more
+        admit = self._area_at_admit.pop(job_id, None)
+        if admit is not None:
+            admitted, area = admit
             now_area = self._contend(-1, at)
             if at > admitted:
                 out.contention = max(1.0, (now_area - area) / (at - admitted))
-        if t.state is JobState.FINISHED:
-            out.end_s = at
-            self.finished += 1
-            self.awaited.discard(t.job_id)
-            self.last_end = max(self.last_end, at)
-        elif t.state is JobState.FAILED:
-            # It left the cluster then: its GPU time counts in the run's span (makespan, util).
-            out.end_s = at
-            self.failed += 1
-            self.awaited.discard(t.job_id)  # it will not finish: nothing left to wait for
-            self.last_end = max(self.last_end, at)
-        if t.state is JobState.REJECTED:
+        if state is _REJECTED:
             self.rejected += 1
             self.rejected_by[_rejection_code(t)] += 1
-        out.state = t.state
-        out.cause = t.cause
+            return
+        # Finished, or failed: it left the cluster then, so a failed job's GPU time counts in
+        # the run's span (makespan, util) too.
+        out.end_s = at
+        if state is _FINISHED:
+            self.finished += 1
+        else:
+            self.failed += 1
+        self.awaited.discard(job_id)  # nothing left to wait for
+        self.last_end = max(self.last_end, at)
 
     def state(self, now: float) -> dict[str, Any]:
         return {"now": now, "summary": self.summary()}
