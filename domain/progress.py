@@ -31,12 +31,38 @@ class RunProgress:
         if self.segments is not None:
             return advance_segments(self.remaining, self.total, self.at, self.ready_at, now,
                                     self.segments, lost_s)
-        return advance(self.remaining, self.at, self.ready_at, now, self.iteration_s, lost_s)
+        # `advance`, inlined here and in `advance`: the node agents and the scheduler account
+        # every running job at every cycle.
+        last, ready_at = self.at, self.ready_at
+        useful = now - (last if last > ready_at else ready_at) - lost_s
+        return self.remaining - useful / self.iteration_s if useful > 0 else self.remaining
 
     def advance(self, now: float, lost_s: float) -> None:
         """Account the run up to `now`."""
-        self.remaining = self.left_at(now, lost_s)
+        if self.segments is not None:
+            self.remaining = advance_segments(self.remaining, self.total, self.at,
+                                              self.ready_at, now, self.segments, lost_s)
+        else:
+            last, ready_at = self.at, self.ready_at
+            useful = now - (last if last > ready_at else ready_at) - lost_s
+            if useful > 0:
+                self.remaining -= useful / self.iteration_s
         self.at = now
+
+    def advance_to_finish(self, now: float, lost_s: float, upto: float | None = None) -> float:
+        """`advance(now, lost_s)`, then `finish_at(now, upto)` (a node's re-arm at each
+        cycle) in fewer steps, with the same arithmetic: the same floats, bit for bit."""
+        if self.segments is not None:
+            self.advance(now, lost_s)
+            return self.finish_at(now, upto)
+        last, ready_at, iteration_s = self.at, self.ready_at, self.iteration_s
+        useful = now - (last if last > ready_at else ready_at) - lost_s
+        left = self.remaining - useful / iteration_s if useful > 0 else self.remaining
+        self.remaining, self.at = left, now
+        if upto is not None:
+            left -= self.total - upto
+        left = left if left > 0.0 else 0.0
+        return (now if now > ready_at else ready_at) + left * iteration_s
 
     def finish_at(self, now: float, upto: float | None = None) -> float:
         """When the run completes (with `upto`: reaches that many iterations done, a mark

@@ -51,7 +51,14 @@ from schemas.events import (
 from schemas.queue_status import QueueStatus
 from services.metrics.core import plan_record, transition_record
 from services.runtime.bus import decode_any, fallback_id
-from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
+from services.runtime.effects import (
+    PRIORITY_INPUT,
+    CancelTimer,
+    Effect,
+    Publish,
+    SetTimer,
+    SetTimers,
+)
 from services.runtime.service import Core
 
 # What the scheduler publishes that no core consumes and none must make: skipped.
@@ -272,6 +279,9 @@ class CoreReplay:
         for eff in effects:
             if isinstance(eff, Publish):
                 self.pending.append(Decision(eff.subject, eff.body, cause, at))
+            elif isinstance(eff, SetTimers):  # many re-arms in one effect: set in order
+                self._apply([SetTimer(key, when, eff.priority) for key, when in eff.timers],
+                            cause, at, index)
             elif isinstance(eff, SetTimer):
                 old = self._timers.pop(eff.key, None)
                 if old is not None:

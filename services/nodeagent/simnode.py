@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from domain import causes
 from domain.overhead import OverheadModel, job_rates, progress_segments
@@ -38,7 +38,14 @@ from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.gate import CommandGate
 from services.runtime.bus import Interest
-from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
+from services.runtime.effects import (
+    PRIORITY_INPUT,
+    CancelTimer,
+    Effect,
+    Publish,
+    SetTimer,
+    SetTimers,
+)
 from services.runtime.logging import get_logger
 from services.runtime.service import CoreDefaults, Recorded, Subscribe
 
@@ -51,13 +58,16 @@ class _Run:
     leader: bool
     progress: RunProgress
     fail_at: float | None = None  # the recorded failure mark this run ends at (None: none)
+    key: tuple[str, str] = field(init=False)  # its finish timer's, made once: set every cycle
+
+    def __post_init__(self) -> None:
+        self.key = ("finish", self.spec.job_id)
 
     def advance(self, now: float, interrupted: bool) -> None:
         self.progress.advance(now, self.progress.per_event_s if interrupted else 0.0)
 
     def finish_timer(self, now: float) -> SetTimer:
-        return SetTimer(("finish", self.spec.job_id),
-                        self.progress.finish_at(now, self.fail_at), PRIORITY_INPUT)
+        return SetTimer(self.key, self.progress.finish_at(now, self.fail_at), PRIORITY_INPUT)
 
     def done(self) -> float:
         """Iterations done as of the last accounting. A run stopped at its failure mark
@@ -176,13 +186,16 @@ class SimNodeCore(CoreDefaults):
         return self.jobs.pop(job_id, None)
 
     def _on_cycle(self, now: float) -> list[Effect]:
-        effects: list[Effect] = []
+        # Every charged run's interval closes and its finish timer moves, all in one effect
+        # (on 2,560 GPUs, some 330 timers a cycle from 180 nodes).
+        timers: list[tuple[Hashable, float]] = []
         for run in self.jobs.values():
+            progress = run.progress
             # Without a per-event charge nothing changes: the finish timer stands.
-            if run.leader and run.progress.per_event_s:
-                run.advance(now, interrupted=True)
-                effects.append(run.finish_timer(now))
-        return effects
+            if run.leader and progress.per_event_s:
+                timers.append((run.key, progress.advance_to_finish(now, progress.per_event_s,
+                                                                   run.fail_at)))
+        return [SetTimers(timers, PRIORITY_INPUT)] if timers else []
 
     def _on_command(self, cmd: NodeCommand, now: float) -> list[Effect]:
         effects: list[Effect] = []

@@ -21,9 +21,8 @@ class Clock(Protocol):
 
     def call_at(self, when: float, priority: int, callback: Callback) -> TimerHandle: ...
 
-    def move(self, handle: TimerHandle, when: float, priority: int,
-             callback: Callback) -> TimerHandle:
-        """Re-time a pending timer (as if cancelled and set again)."""
+    def move(self, handle: TimerHandle, when: float, priority: int) -> TimerHandle:
+        """Re-time a pending timer, with its callback (as if cancelled and set again)."""
         ...
 
 
@@ -39,15 +38,18 @@ class VirtualClock:
     def call_at(self, when: float, priority: int, callback: Callback) -> Entry:
         return self.kernel.schedule(max(when, self.kernel.now), priority, callback)
 
-    def move(self, handle: TimerHandle, when: float, priority: int,
-             callback: Callback) -> TimerHandle:
-        assert isinstance(handle, Entry)
-        return self.kernel.reschedule(handle, max(when, self.kernel.now), priority)
+    def move(self, handle: TimerHandle, when: float, priority: int) -> TimerHandle:
+        assert type(handle) is Entry
+        kernel = self.kernel
+        now = kernel.now
+        # `max(when, now)` without the call: a node re-arms its runs at every cycle.
+        return kernel.reschedule(handle, now if now > when else when, priority)
 
 
 class _WallTimer:
-    def __init__(self, handle: asyncio.TimerHandle) -> None:
+    def __init__(self, handle: asyncio.TimerHandle, callback: Callback) -> None:
         self._handle = handle
+        self.callback = callback  # what a move sets again
 
     def cancel(self) -> None:
         self._handle.cancel()
@@ -75,9 +77,9 @@ class WallClock:
         loop = asyncio.get_running_loop()
         delay = max(0.0, (when - self.now()) / self._scale)
         handle = loop.call_later(delay, lambda: loop.create_task(callback()))
-        return _WallTimer(handle)
+        return _WallTimer(handle, callback)
 
-    def move(self, handle: TimerHandle, when: float, priority: int,
-             callback: Callback) -> TimerHandle:
+    def move(self, handle: TimerHandle, when: float, priority: int) -> TimerHandle:
+        assert isinstance(handle, _WallTimer)
         handle.cancel()
-        return self.call_at(when, priority, callback)
+        return self.call_at(when, priority, handle.callback)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -18,7 +18,7 @@ from schemas.codec import encode
 from schemas.events import DeadLetter, Envelope, envelope
 from services.runtime.bus import Bus, Decoder, Wants, decode_any
 from services.runtime.clock import Clock, TimerHandle
-from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
+from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer, SetTimers
 from services.runtime.logging import get_logger
 
 
@@ -153,25 +153,30 @@ class Shell:
         )
 
     async def apply(self, effects: list[Effect], cause: str | None) -> None:
-        timers = self._timers
         for eff in effects:
             if type(eff) is Publish:
                 await self.bus.publish(eff.subject, self._wrap(eff.body, eff.event_id, cause))
             elif type(eff) is SetTimer:
-                key = eff.key
-                old = timers.get(key)
-                if old is None:
-                    timers[key] = self.clock.call_at(eff.at, eff.priority,
-                                                     partial(self._fire, key))
-                else:
-                    timers[key] = self.clock.move(old, eff.at, eff.priority,
-                                                  partial(self._fire, key))
+                self._set_timers(((eff.key, eff.at),), eff.priority)
+            elif type(eff) is SetTimers:
+                self._set_timers(eff.timers, eff.priority)
             elif type(eff) is CancelTimer:
                 old = self._timers.pop(eff.key, None)
                 if old is not None:
                     old.cancel()
             else:
                 raise TypeError(f"unknown effect {eff!r}")
+
+    def _set_timers(self, pairs: Iterable[tuple[Hashable, float]], priority: int) -> None:
+        """Arm each (key, at) in order; an armed key's timer moves, with its callback."""
+        timers, clock = self._timers, self.clock
+        move = clock.move
+        for key, at in pairs:
+            old = timers.get(key)
+            if old is None:
+                timers[key] = clock.call_at(at, priority, partial(self._fire, key))
+            else:
+                timers[key] = move(old, at, priority)
 
     async def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)

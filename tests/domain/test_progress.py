@@ -50,3 +50,31 @@ def test_accounting_up_to_now_then_asking_gives_the_same_end() -> None:
     asked = run.finish_at(30.0)
     run.advance(30.0, 0.0)
     assert run.remaining == 80 and run.finish_at(30.0) == asked == 110.0
+
+
+@pytest.mark.parametrize("segments", [None, SEGMENTS], ids=["flat", "segments"])
+@given(remaining=st.floats(0, 100), at=st.floats(0, 50), ready=st.floats(0, 100),
+       later=st.floats(0, 500), lost=st.floats(0, 60), iteration_s=st.floats(0.01, 10),
+       upto=st.one_of(st.none(), st.floats(0, 100)))
+def test_advancing_to_the_finish_is_advancing_then_asking_bit_for_bit(
+        segments: tuple[tuple[float, float], ...] | None, remaining: float, at: float,
+        ready: float, later: float, lost: float, iteration_s: float, upto: float | None) -> None:
+    """The inlined arithmetic (`left_at`, `advance`, `advance_to_finish`) gives exactly the
+    floats of the reference `advance` and of `finish_at`, for the simulation's decisions."""
+    def fresh() -> RunProgress:
+        return RunProgress(total=100, remaining=remaining, at=at, ready_at=ready,
+                           iteration_s=iteration_s, segments=segments)
+
+    now = at + later
+    run = fresh()
+    if segments is None:
+        expected = advance(remaining, at, ready, now, iteration_s, lost)
+        assert run.left_at(now, lost) == expected
+        run.advance(now, lost)
+        assert run.remaining == expected and run.at == now
+    else:
+        run.advance(now, lost)
+    end = run.finish_at(now, upto)
+    one_step = fresh()
+    assert one_step.advance_to_finish(now, lost, upto) == end
+    assert (one_step.remaining, one_step.at) == (run.remaining, run.at)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +20,7 @@ from schemas.events import (
 )
 from schemas.job import JobSpec
 from services.nodeagent.simnode import SimNodeCore
-from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer
+from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer, SetTimers
 from tests.builders import make_job
 
 NODE = NodeSpec(node_id="n0", switch_id="s0", gpus=4)
@@ -59,10 +61,39 @@ def test_muri_charges_every_interrupting_cycle_per_model() -> None:
     core = SimNodeCore(NODE, parse_overhead("muri"))
     spec = make_job("a").model("a2c").gpus(2).runs_for(1000).build()  # a2c on 2 GPUs: 39 s
     _cmd(core, 0.0, [_launch(spec)])
-    (timer,) = _cycle(core, 100.0)
+    (timers,) = _cycle(core, 100.0)
+    assert isinstance(timers, SetTimers)
+    ((key, at),) = timers.timers
     # 100 s elapsed, 39 s lost: 61 s of progress at 1.015 s per iteration.
     remaining = 1000 - 61 / 1.015
-    assert timer.at == pytest.approx(100.0 + remaining * 1.015)
+    assert key == ("finish", "a") and at == pytest.approx(100.0 + remaining * 1.015)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a2c", "resnet18", "bert"]), st.integers(1, 4),
+                          st.integers(1, 5000), st.floats(0.0, 0.9)), min_size=1, max_size=4),
+       st.lists(st.floats(0.5, 500.0), min_size=1, max_size=5))
+def test_a_cycle_re_arms_every_charged_run_in_order_as_a_run_by_run_accounting_would(
+        jobs: list[tuple[str, int, int, float]], gaps: list[float]) -> None:
+    """One `SetTimers` a cycle, bit for bit what advancing each run then asking its finish
+    (`advance` + `finish_timer`) gives, in the node's order of runs."""
+    core = SimNodeCore(NodeSpec(node_id="n0", switch_id="s0", gpus=16), parse_overhead("muri"))
+    for i, (model, gpus, seconds, done) in enumerate(jobs):
+        spec = make_job(f"j{i}").model(model).gpus(gpus).runs_for(seconds).build()
+        if i % 2:  # some with a recorded failure mark ahead
+            spec = spec.model_copy(update={"fail_at": (seconds * (done + 1.0) / 2.0,)})
+        _cmd(core, 0.0, [_launch(spec, placement=(("n0", tuple(range(gpus))),),
+                                 done=seconds * done)], cycle=i + 1)
+    now = 0.0
+    for gap in gaps:
+        now += gap
+        expected = []
+        for run in core.jobs.values():
+            twin = copy.deepcopy(run)
+            twin.advance(now, interrupted=True)
+            expected.append((twin.key, twin.finish_timer(now).at))
+        (timers,) = _cycle(core, now)
+        assert isinstance(timers, SetTimers) and list(timers.timers) == expected
 
 
 def test_only_the_leader_of_a_gang_accounts_and_reports() -> None:
