@@ -27,42 +27,32 @@ class RunProgress:
     segments: Segments | None = None
 
     def left_at(self, now: float, lost_s: float = 0.0) -> float:
-        """Iterations left at `now`, losing `lost_s` on the way."""
+        """Iterations left at `now`, losing `lost_s` on the way: progress starts at
+        `ready_at`, and an interval shorter than `lost_s` makes none (never negative)."""
         if self.segments is not None:
             return advance_segments(self.remaining, self.total, self.at, self.ready_at, now,
                                     self.segments, lost_s)
-        # `advance`, inlined here and in `advance`: the node agents and the scheduler account
-        # every running job at every cycle.
         last, ready_at = self.at, self.ready_at
         useful = now - (last if last > ready_at else ready_at) - lost_s
         return self.remaining - useful / self.iteration_s if useful > 0 else self.remaining
 
     def advance(self, now: float, lost_s: float) -> None:
         """Account the run up to `now`."""
-        if self.segments is not None:
-            self.remaining = advance_segments(self.remaining, self.total, self.at,
-                                              self.ready_at, now, self.segments, lost_s)
-        else:
-            last, ready_at = self.at, self.ready_at
-            useful = now - (last if last > ready_at else ready_at) - lost_s
-            if useful > 0:
-                self.remaining -= useful / self.iteration_s
+        self.remaining = self.left_at(now, lost_s)
         self.at = now
 
     def advance_to_finish(self, now: float, lost_s: float, upto: float | None = None) -> float:
         """`advance(now, lost_s)`, then `finish_at(now, upto)` (a node's re-arm at each
         cycle) in fewer steps, with the same arithmetic: the same floats, bit for bit."""
+        left = self.remaining = self.left_at(now, lost_s)
+        self.at = now
         if self.segments is not None:
-            self.advance(now, lost_s)
             return self.finish_at(now, upto)
-        last, ready_at, iteration_s = self.at, self.ready_at, self.iteration_s
-        useful = now - (last if last > ready_at else ready_at) - lost_s
-        left = self.remaining - useful / iteration_s if useful > 0 else self.remaining
-        self.remaining, self.at = left, now
         if upto is not None:
             left -= self.total - upto
         left = left if left > 0.0 else 0.0
-        return (now if now > ready_at else ready_at) + left * iteration_s
+        ready_at = self.ready_at
+        return (now if now > ready_at else ready_at) + left * self.iteration_s
 
     def finish_at(self, now: float, upto: float | None = None) -> float:
         """When the run completes (with `upto`: reaches that many iterations done, a mark
@@ -80,17 +70,9 @@ class RunProgress:
         return start + left * self.iteration_s
 
 
-def advance(remaining: float, last: float, ready_at: float, now: float, iteration_s: float,
-            lost_s: float) -> float:
-    """Iterations left after running from `last` to `now`: progress starts at `ready_at`
-    and the interval loses `lost_s` seconds."""
-    useful = now - (last if last > ready_at else ready_at) - lost_s
-    return remaining - useful / iteration_s if useful > 0 else remaining
-
-
 def advance_segments(remaining: float, total: float, last: float, ready_at: float, now: float,
                      segments: Segments, lost_s: float) -> float:
-    """`advance` for a job whose speed changes with progress (`segments`)."""
+    """`RunProgress.left_at` for a job whose speed changes with progress (`segments`)."""
     useful = now - (last if last > ready_at else ready_at) - lost_s
     if useful <= 0:
         return remaining

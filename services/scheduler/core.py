@@ -352,11 +352,6 @@ class SchedulerCore(CoreDefaults):
         fit.next_cycle(cordoned, in_place=in_place)
         return fit
 
-    def advance(self, rec: JobRecord, now: float, lost_s: float) -> None:
-        """Bring a running job's estimated progress and attained time up to `now`, as its
-        node agent accounts it (see module docstring); `lost_s`: what the interruption costs."""
-        rec.account(now, lost_s)
-
     def _apply(self, plan: Plan, now: float) -> list[Effect]:
         transitions: list[Effect] = []
         stops: list[Stop] = []

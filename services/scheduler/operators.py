@@ -76,7 +76,7 @@ def _take_off(core: SchedulerCore, rec: JobRecord, why: str, now: float) -> list
     jid = rec.spec.job_id
     if jid not in core.jobs.running:
         return []
-    core.advance(rec, now, 0.0)  # the node reports the exact figure when it stops
+    rec.account(now, 0.0)  # the node reports the exact figure when it stops
     core.jobs.clear_running(jid)
     rec.unplace()
     effects: list[Effect] = [core.plan_out(stops=[Stop(job_id=jid, reason=why)])]

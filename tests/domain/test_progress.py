@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.progress import RunProgress, advance
+from domain.progress import RunProgress
 
 
 @pytest.mark.parametrize(
@@ -18,9 +18,10 @@ from domain.progress import RunProgress, advance
         (100, 0, 5, 10, 0, 95),  # progress only after the restart delay
     ],
 )
-def test_advance(remaining: float, last: float, ready: float, now: float, lost: float,
+def test_left_at(remaining: float, last: float, ready: float, now: float, lost: float,
                  expected: float) -> None:
-    assert advance(remaining, last, ready, now, 1.0, lost) == expected
+    run = RunProgress(total=100, remaining=remaining, at=last, ready_at=ready, iteration_s=1.0)
+    assert run.left_at(now, lost) == expected
 
 
 SEGMENTS = ((50.0, 2.0), (80.0, 1.0), (1e18, 0.5))  # slower first, then faster
@@ -59,21 +60,17 @@ def test_accounting_up_to_now_then_asking_gives_the_same_end() -> None:
 def test_advancing_to_the_finish_is_advancing_then_asking_bit_for_bit(
         segments: tuple[tuple[float, float], ...] | None, remaining: float, at: float,
         ready: float, later: float, lost: float, iteration_s: float, upto: float | None) -> None:
-    """The inlined arithmetic (`left_at`, `advance`, `advance_to_finish`) gives exactly the
-    floats of the reference `advance` and of `finish_at`, for the simulation's decisions."""
+    """`advance_to_finish` gives exactly the floats of `advance` then `finish_at` (a node
+    re-arms with it at every cycle, so the simulation's decisions depend on it)."""
     def fresh() -> RunProgress:
         return RunProgress(total=100, remaining=remaining, at=at, ready_at=ready,
                            iteration_s=iteration_s, segments=segments)
 
     now = at + later
     run = fresh()
-    if segments is None:
-        expected = advance(remaining, at, ready, now, iteration_s, lost)
-        assert run.left_at(now, lost) == expected
-        run.advance(now, lost)
-        assert run.remaining == expected and run.at == now
-    else:
-        run.advance(now, lost)
+    left = run.left_at(now, lost)
+    run.advance(now, lost)
+    assert run.remaining == left and run.at == now
     end = run.finish_at(now, upto)
     one_step = fresh()
     assert one_step.advance_to_finish(now, lost, upto) == end
