@@ -286,6 +286,16 @@ def mps_processes() -> dict[int, str]:
     return out
 
 
+def process_group(pid: int) -> dict[str, int] | str:
+    """A process's group and session (/proc/PID/stat fields 5 and 6): who a group signal hits."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError as exc:
+        return str(exc)
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    return {"pgid": int(fields[2]), "sid": int(fields[3])}
+
+
 def nvml_mps_clients(backend: GpuBackend) -> list[list[int]] | str:
     """NVML's own list of MPS client processes per GPU, where the bindings have the call."""
     try:
@@ -1069,12 +1079,18 @@ async def main_async(args: argparse.Namespace) -> int:
                                 else "nvidia-cuda-mps-control is not on PATH")
         await run_step(report, budget, "mps", plan.mps_cap_s + 10, mps, skip=no_mps)
     finally:
+        TERMINATION.tearing_down = True  # a SIGTERM from now on is noted, not obeyed
+        groups = {"self": process_group(os.getpid()),
+                  **{f"{pid} {name}": process_group(pid) for pid, name in mps_processes().items()}}
+        report.data.setdefault("teardown", {})["process_groups"] = groups
         for half in started:  # the cluster, or what of it started before a failure
             print("== teardown", flush=True)
             try:
                 await asyncio.wait_for(stop_cluster(half, report), TEARDOWN_S + 60)
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
                 report.finding(f"teardown: {type(exc).__name__}: {exc}")
+        for when, phase in TERMINATION.received:
+            report.finding(f"SIGTERM received {when - report.started:.1f} s in, during {phase}")
         if real and mps_processes():
             report.finding(f"MPS processes still running after the agent stopped: "
                            f"{mps_processes()}")
@@ -1104,6 +1120,15 @@ def print_summary(report: Report) -> None:
     sys.stdout.flush()
 
 
+@dataclass
+class Termination:
+    tearing_down: bool = False
+    received: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, phase)
+
+
+TERMINATION = Termination()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     default_out = os.environ.get("OUT") or "gpu_validation_out"
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -1128,8 +1153,16 @@ def main(argv: list[str] | None = None) -> int:
     configure("warning")  # the agent's spawn failures and telemetry warnings, on stderr
     loop = asyncio.new_event_loop()
     task = loop.create_task(main_async(args))
+
     # SIGTERM (a `timeout` around the run) cancels the steps; teardown and the report follow.
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    # One arriving during teardown is only recorded: the report says who was still running.
+    def on_sigterm() -> None:
+        phase = "teardown" if TERMINATION.tearing_down else "the steps"
+        TERMINATION.received.append((time.monotonic(), phase))
+        if not TERMINATION.tearing_down:
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
         return loop.run_until_complete(task)
     except asyncio.CancelledError:

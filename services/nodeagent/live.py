@@ -68,6 +68,7 @@ class NodeAgentShell(Shell):
         self._locks: dict[str, IO[bytes]] = {}  # job → its held rank-0 lock
         self._pending: set[asyncio.Task[None]] = set()
         self.monitor: HealthMonitor | None = None
+        self._backend_closed = False
         if health_checks:
             settings = core.settings
             host = host_for(backend, RealHost(settings.python, nc=getattr(bus, "nc", None)))
@@ -96,7 +97,8 @@ class NodeAgentShell(Shell):
             elif isinstance(eff, Kill):
                 self._background(self._kill(eff))
             elif isinstance(eff, SampleGpus):
-                rest += self.core.on_telemetry(self._sample(), self._health())
+                if not self._backend_closed:  # a heartbeat timer may fire after stop()
+                    rest += self.core.on_telemetry(self._sample(), self._health())
             else:
                 rest.append(eff)
         await super().apply(rest, cause)
@@ -184,6 +186,7 @@ class NodeAgentShell(Shell):
         await self.supervisor.stop_all()
         if self.monitor is not None:
             await self.monitor.stop()
+        self._backend_closed = True
         with contextlib.suppress(Exception):
             self.mps.stop()
         with contextlib.suppress(Exception):

@@ -160,6 +160,7 @@ class FakeBackend:
     commands: list[tuple[str, ...]] = field(default_factory=list)
     busy: dict[str, tuple[int, ...]] = field(default_factory=dict)  # uuid → PIDs on it
     faults: FakeFaults = field(default_factory=FakeFaults)
+    closed: bool = False
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -169,6 +170,8 @@ class FakeBackend:
         return f"GPU-fake-{self.node}-{index}"
 
     def _nvml(self) -> None:
+        if self.closed:  # as the real backends: no calls after close
+            raise GpuBackendError(f"the {self.name} backend is closed")
         if self.faults.no_nvml:
             raise GpuBackendError("NVML could not start: Driver Not Loaded (fake fault no_nvml)")
 
@@ -217,6 +220,7 @@ class FakeBackend:
     def topology(self) -> list[GpuLink]:
         """Pairs (0,1), (2,3)… on NVLink, the rest across the host bridge (a DGX-like box)."""
         self.commands.append(("topology",))
+        self._nvml()
         return [GpuLink(self.uuid(i), self.uuid(j), "nvlink" if i // 2 == j // 2 else
                         "pcie-host")
                 for i in range(self.count) for j in range(i + 1, self.count)]
@@ -232,4 +236,5 @@ class FakeBackend:
 
     def close(self) -> None:
         self.commands.append(("close",))
+        self.closed = True
 

@@ -62,9 +62,17 @@ class NvmlBackend:
         self._events: Any = None
         self._xid_watch: dict[int, str] = {}  # GPU → why its XIDs are not watched
         self._xids: dict[int, list[int]] = {}
+        self._closed = False
+
+    def _open(self) -> Any:
+        """The bindings, unless closed: NVML called after nvmlShutdown (a freed event set
+        above all) crashes the process instead of raising."""
+        if self._closed:
+            raise GpuBackendError(f"the {self.name} backend is closed")
+        return self._nvml
 
     def driver(self) -> DriverInfo:
-        n = self._nvml
+        n = self._open()
         try:
             cuda = int(n.nvmlSystemGetCudaDriverVersion())
             return DriverInfo(driver_version=_text(n.nvmlSystemGetDriverVersion()),
@@ -78,6 +86,7 @@ class NvmlBackend:
         call, temperature with its thresholds and throttling reasons. A read the GPU does not
         support is None; one that fails otherwise is in `errors`; a GPU that no longer
         answers is `lost`."""
+        self._open()
         self._watch_xids()
         return [self._gpu_health(i, h) for i, h in enumerate(self._handles)]
 
@@ -180,7 +189,7 @@ class NvmlBackend:
             del seen[:-XIDS_KEPT]
 
     def discover(self) -> list[GpuInfo]:
-        n = self._nvml
+        n = self._open()
         return [GpuInfo(index=i, uuid=_text(n.nvmlDeviceGetUUID(h)),
                         name=_text(n.nvmlDeviceGetName(h)),
                         memory_bytes=int(n.nvmlDeviceGetMemoryInfo(h).total),
@@ -188,7 +197,7 @@ class NvmlBackend:
                 for i, h in enumerate(self._handles)]
 
     def telemetry(self) -> list[GpuTelemetry]:
-        n = self._nvml
+        n = self._open()
         out = []
         for h in self._handles:
             procs = n.nvmlDeviceGetComputeRunningProcesses(h)
@@ -200,7 +209,7 @@ class NvmlBackend:
         return out
 
     def topology(self) -> list[GpuLink]:
-        n = self._nvml
+        n = self._open()
         gpus = self.discover()
         bus_of = {g.uuid: g.pci_bus_id for g in gpus}
         links = []
@@ -229,9 +238,14 @@ class NvmlBackend:
         return peers
 
     def close(self) -> None:
+        """Free the event set and shut NVML down, once; every later call raises."""
+        if self._closed:
+            return
+        self._closed = True
         if self._events:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlEventSetFree(self._events)
+        self._events = None
         self._nvml.nvmlShutdown()
 
 
@@ -282,6 +296,7 @@ class DcgmBackend(NvmlBackend):
         self._group = group
 
     def telemetry(self) -> list[GpuTelemetry]:
+        self._open()
         latest = self._group.samples.GetLatest_v2(self._fields).values
         procs = {t.uuid: t.processes for t in super().telemetry()}
         out = []
@@ -294,7 +309,8 @@ class DcgmBackend(NvmlBackend):
         return out
 
     def close(self) -> None:
-        self._handle.Shutdown()
+        if not self._closed:
+            self._handle.Shutdown()
         super().close()
 
 

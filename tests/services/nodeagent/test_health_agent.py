@@ -72,6 +72,18 @@ async def test_a_healthy_node_reports_no_problems_and_keeps_its_mps_daemon(
     assert [c[-1] for c in fake.commands if c[0] == "env"] == ["-d", "quit"]
 
 
+async def test_a_heartbeat_timer_firing_after_stop_leaves_the_closed_backend_alone(
+        tmp_path: Path) -> None:
+    sh, fake, bus = agent(tmp_path)
+    await sh.start()
+    await heartbeat(sh, bus)
+    await sh.stop()
+    published = len(bus.published)
+    assert fake.closed
+    await sh.apply([SampleGpus()], None)
+    assert fake.commands[-1] == ("close",) and len(bus.published) == published
+
+
 async def test_a_fault_shows_in_the_next_heartbeat_and_leaves_when_it_is_gone(
         tmp_path: Path) -> None:
     sh, fake, bus = agent(tmp_path)

@@ -158,6 +158,26 @@ def test_xids_are_collected_from_nvml_events_since_the_first_read() -> None:
     assert nvml.freed and nvml.calls[-1] == "shutdown"
 
 
+def test_a_closed_backend_refuses_every_call_instead_of_touching_nvml() -> None:
+    # Found on an H200: a heartbeat after the agent closed its backend waited on the freed
+    # XID event set and the process died of a segmentation fault.
+    nvml = HealthNvml()
+    backend = NvmlBackend(nvml)
+    backend.health()  # the event set exists from here on
+    backend.close()
+    backend.close()
+    assert nvml.freed and nvml.calls.count("shutdown") == 1
+
+    def no_more_waits(events: str, timeout_ms: int) -> Any:
+        raise AssertionError("NVML's event set was used after close")
+
+    nvml.nvmlEventSetWait_v2 = no_more_waits  # type: ignore[method-assign]
+    for call in (backend.health, backend.telemetry, backend.discover, backend.driver,
+                 backend.topology):
+        with pytest.raises(GpuBackendError, match="the nvml backend is closed"):
+            call()
+
+
 def test_the_throttle_reasons_of_older_bindings_are_read_too() -> None:
     class Older(HealthNvml):
         nvmlDeviceGetCurrentClocksEventReasons = None  # type: ignore[assignment]
