@@ -63,7 +63,7 @@ elif source in ("gavel", "elasticflow"):
     if source == "gavel":
         from traces.gavel_generator import generate_gavel_jobs, write_gavel_trace
         path = write_gavel_trace(generate_gavel_jobs(jobs, lam, seed), folder / "trace")
-        third = gpus // 3
+        third = gpus // 24 * 8  # whole servers of each type; the last type takes the rest
         cluster = load_cluster(f"{third}:{third}:{gpus - 2 * third}", 8)
     else:
         from traces.elasticflow_generator import (generate_elasticflow_jobs,

@@ -103,6 +103,7 @@ NeedArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, n
 def need_arrays(needs: Sequence[Need]) -> NeedArrays:
     """The kernel's view of the jobs: work, deadline, and rows by GPU count 0 … 64 of speed,
     the largest level within so many free GPUs, whether a count is a level, and the levels."""
+    _ROWS.trim(len(needs))
     rows = np.fromiter((_ROWS.row_of(need.rate) for need in needs), np.int64, len(needs))
     speed, fit, levels, is_level = (table[rows] for table in _ROWS.tables())
     return (np.array([need.left for need in needs], np.float64),
@@ -111,17 +112,27 @@ def need_arrays(needs: Sequence[Need]) -> NeedArrays:
 
 
 class _RowBank:
-    """Every distinct speed table's kernel rows, stacked once, so that a cycle gathers its
-    jobs' rows by index (a job keeps one rate dict for life: found by identity, and the
-    dict is held so its id is not reused)."""
+    """Every distinct speed table's kernel rows, kept in arrays that grow in place, so that a
+    cycle gathers its jobs' rows by index (a job keeps one rate dict for life: found by
+    identity, and the dict is held so its id is not reused). Generated traces give most jobs
+    a table of their own, so the bank starts afresh once it holds far more tables than a
+    cycle uses: its memory follows the active jobs, not the trace."""
 
     _HELD_MAX = 100_000  # rate dicts remembered by identity; a long-lived scheduler forgets
+    _TABLES_MIN = 4_096  # the bank is never emptied below this many tables
 
     def __init__(self) -> None:
         self._by_table: dict[tuple[tuple[int, float], ...], int] = {}
         self._by_object: dict[int, tuple[Mapping[int, float], int]] = {}
-        self._rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._tables: tuple[np.ndarray, ...] | None = None
+        self._size = 0
+        self._arrays = _row_arrays(64)
+
+    def trim(self, in_use: int) -> None:
+        """Start afresh, between cycles, once the tables outnumber a cycle's jobs fourfold."""
+        if self._size > max(self._TABLES_MIN, 4 * in_use):
+            self._by_table.clear()
+            self._by_object.clear()
+            self._size = 0
 
     def row_of(self, rate: Mapping[int, float]) -> int:
         held = self._by_object.get(id(rate))
@@ -130,18 +141,31 @@ class _RowBank:
         table = tuple(rate.items())
         row = self._by_table.get(table)
         if row is None:
-            row = self._by_table[table] = len(self._rows)
-            self._rows.append(_kernel_rows(table))
-            self._tables = None
+            row = self._by_table[table] = self._add(_kernel_rows(table))
         if len(self._by_object) >= self._HELD_MAX:
             self._by_object.clear()
         self._by_object[id(rate)] = (rate, row)
         return row
 
+    def _add(self, rows: tuple[np.ndarray, ...]) -> int:
+        if self._size == len(self._arrays[0]):  # doubling: a table costs O(1), amortised
+            grown = _row_arrays(2 * self._size)
+            for old, new in zip(self._arrays, grown, strict=True):
+                new[:self._size] = old
+            self._arrays = grown
+        for array, row in zip(self._arrays, rows, strict=True):
+            array[self._size] = row
+        self._size += 1
+        return self._size - 1
+
     def tables(self) -> tuple[np.ndarray, ...]:
-        if self._tables is None:
-            self._tables = tuple(np.stack([r[k] for r in self._rows]) for k in range(4))
-        return self._tables
+        return tuple(array[:self._size] for array in self._arrays)
+
+
+def _row_arrays(capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    width = TABLE_MAX + 1
+    return (np.zeros((capacity, width)), np.zeros((capacity, width), np.int64),
+            np.zeros((capacity, width), np.int64), np.zeros((capacity, width), np.bool_))
 
 
 _ROWS = _RowBank()

@@ -133,6 +133,28 @@ def test_row_bank_finds_each_table_by_identity_or_content(monkeypatch: pytest.Mo
             assert (table[row] == want).all()
 
 
+def test_row_bank_grows_in_place_and_starts_afresh_past_its_tables(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its first 64 rows the bank grows without losing one; once it holds more than
+    `_TABLES_MIN` and four times a cycle's tables it starts afresh, and every row gathered
+    after that is still the table's own."""
+    from policies.elasticflow.fast import _kernel_rows, _RowBank
+
+    monkeypatch.setattr(_RowBank, "_TABLES_MIN", 100)
+    bank = _RowBank()
+    rates = [{1: 1.0, 2: 1.0 + k / 1000} for k in range(150)]
+    assert [bank.row_of(r) for r in rates] == list(range(150))
+    bank.trim(30)  # 150 tables > max(100, 4 × 30): emptied
+    assert bank.tables()[0].shape[0] == 0
+    rows = [bank.row_of(r) for r in rates[140:]]
+    assert rows == list(range(10))
+    bank.trim(10)  # 10 tables: kept
+    assert [bank.row_of(r) for r in rates[140:]] == rows
+    for rate, row in zip(rates[140:], rows, strict=True):
+        for table, want in zip(bank.tables(), _kernel_rows(tuple(rate.items())), strict=True):
+            assert (table[row] == want).all()
+
+
 def test_the_ahead_of_time_build_is_found_only_for_the_current_source(
         aot_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One module, named for the kernel's source: the older build is gone; an edited kernel
