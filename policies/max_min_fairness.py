@@ -143,7 +143,6 @@ class MaxMinLp:
         finally:
             self.cache.stats.timed(t0)
 
-
     def _compiled(self, size: int, coeff: FloatArray, gpus: FloatArray, capacity: FloatArray,
                   frozen: FloatArray | None) -> _MaxMinLp:
         """The cached problem of `size` rows, its Parameters set (padding rows never bind)."""
