@@ -119,7 +119,7 @@ class FinishTimeFairnessSolver:
         lp.coeff.value = np.vstack([coeff, np.full((pad, n), _PAD_COEFF)])
         lp.sf.value = np.vstack([np.repeat(inp.gpus[:, None], n, axis=1), np.zeros((pad, n))])
         lp.capacity.value = inp.capacity
-        x, _ = solve_first(lp.problem, lp.x, self.solvers)
+        x, _ = solve_first(lp.problem, lp.x, self.solvers, rows=size)
         if x is None:
             self.cache.stats.fallbacks += 1
             return isolated

@@ -9,9 +9,8 @@ against what an equal share would give it, so fast and slow jobs are treated ali
 `max-min-fairness` is the same LP with every throughput 1 (Gavel's agnostic LAS).
 
 The LP is built once per bucketed size with the coefficient matrix, GPU counts and capacities
-as Parameters (DPP); padding rows get the largest coefficient and no GPUs, so they can always
-reach the optimum and never bind. Past `DPP_ROWS_MAX` rows it is built over the arrays for
-each solve instead. Solver: Clarabel, then HiGHS; if both fail, the even split.
+as Parameters (DPP). Padding rows get the largest coefficient and no GPUs, so they can always
+reach the optimum and never bind. Solver: Clarabel, then HiGHS; if both fail, the even split.
 
 Water filling (`-water-filling` variants, Gavel PR #164): the plain LP stops at the worst-off
 jobs' level and leaves the others anywhere at or above it, so spare capacity may go unused or
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,10 +40,6 @@ if TYPE_CHECKING:
 BUCKET_BITS = 1  # power-of-two sizes: compiling costs more than solving padded rows
 SOLVERS = ("CLARABEL", "HIGHS")
 MAX_LEVELS = 12  # water-filling iterations per allocation
-# Above this many rows the LP is built over plain arrays for each solve: cvxpy's compiled
-# (DPP) form grows with the square of the rows (8,192 rows: 4.8 GB and 16 s to compile),
-# while a plain build of 16,000 rows takes 0.5 s and 0.2 GB with its solve.
-DPP_ROWS_MAX = 2048
 _FROZEN = 1e6  # lifts a frozen job out of the level constraint (values are normalised to ~1)
 
 
@@ -70,24 +65,17 @@ class MaxMinSolution:
 
 def _build(shape: tuple[int, ...]) -> _MaxMinLp:
     import cvxpy as cp
+    from cvxpy.atoms.affine.binary_operators import multiply
+    from cvxpy.atoms.affine.sum import sum as cp_sum
 
     m, n = shape
+    x = cp.Variable((m, n))
+    t = cp.Variable()
     coeff = cp.Parameter((m, n), nonneg=True)
     sf = cp.Parameter((m, n), nonneg=True)
     capacity = cp.Parameter(n, nonneg=True)
     floor = cp.Parameter(m, nonneg=True)
     exempt = cp.Parameter(m, nonneg=True)
-    return _formulate(coeff, sf, capacity, floor, exempt)
-
-
-def _formulate(coeff: Any, sf: Any, capacity: Any, floor: Any, exempt: Any) -> _MaxMinLp:
-    """The LP over Parameters (compiled once per size) or over arrays (built for one solve)."""
-    import cvxpy as cp
-    from cvxpy.atoms.affine.binary_operators import multiply
-    from cvxpy.atoms.affine.sum import sum as cp_sum
-
-    x = cp.Variable(coeff.shape)
-    t = cp.Variable()
     value = cp_sum(multiply(coeff, x), axis=1)
     level = value + exempt >= t
     constraints = [
@@ -127,13 +115,22 @@ class MaxMinLp:
         their level and left out of the minimum."""
         t0 = time.perf_counter()
         try:
-            m = len(coeff)
+            m, n = coeff.shape
             size = bucket(m, BUCKET_BITS)
-            if size > DPP_ROWS_MAX:
-                lp = self._built(coeff, gpus, capacity, frozen)
-            else:
-                lp = self._compiled(size, coeff, gpus, capacity, frozen)
-            x, _ = solve_first(lp.problem, lp.x, self.solvers)
+            lp = self.cache.get((size, n))
+            pad = size - m
+            top = float(coeff.max()) if coeff.size else 1.0
+            lp.coeff.value = np.vstack([coeff, np.full((pad, n), max(top, 1e-12))])
+            lp.sf.value = np.vstack([np.repeat(gpus[:, None], n, axis=1), np.zeros((pad, n))])
+            lp.capacity.value = capacity
+            held = np.zeros(size, dtype=bool)
+            floor = np.zeros(size)
+            if frozen is not None:
+                held[:m] = ~np.isnan(frozen)
+                floor[:m] = np.where(held[:m], frozen, 0.0)
+            lp.floor.value = floor
+            lp.exempt.value = np.where(held, _FROZEN, 0.0)
+            x, _ = solve_first(lp.problem, lp.x, self.solvers, rows=size)
             if x is None or lp.t.value is None:
                 self.cache.stats.fallbacks += 1
                 return None
@@ -142,34 +139,6 @@ class MaxMinLp:
             return MaxMinSolution(np.clip(x[:m], 0.0, 1.0), float(lp.t.value), dual)
         finally:
             self.cache.stats.timed(t0)
-
-    def _compiled(self, size: int, coeff: FloatArray, gpus: FloatArray, capacity: FloatArray,
-                  frozen: FloatArray | None) -> _MaxMinLp:
-        """The cached problem of `size` rows, its Parameters set (padding rows never bind)."""
-        m, n = coeff.shape
-        lp = self.cache.get((size, n))
-        pad = size - m
-        top = float(coeff.max()) if coeff.size else 1.0
-        lp.coeff.value = np.vstack([coeff, np.full((pad, n), max(top, 1e-12))])
-        lp.sf.value = np.vstack([np.repeat(gpus[:, None], n, axis=1), np.zeros((pad, n))])
-        lp.capacity.value = capacity
-        held = np.zeros(size, dtype=bool)
-        floor = np.zeros(size)
-        if frozen is not None:
-            held[:m] = ~np.isnan(frozen)
-            floor[:m] = np.where(held[:m], frozen, 0.0)
-        lp.floor.value = floor
-        lp.exempt.value = np.where(held, _FROZEN, 0.0)
-        return lp
-
-    def _built(self, coeff: FloatArray, gpus: FloatArray, capacity: FloatArray,
-               frozen: FloatArray | None) -> _MaxMinLp:
-        """The problem over these arrays, for one solve (no padding, nothing cached)."""
-        self.cache.stats.compiles += 1
-        held = np.zeros(len(coeff), dtype=bool) if frozen is None else ~np.isnan(frozen)
-        floor = np.zeros(len(coeff)) if frozen is None else np.where(held, frozen, 0.0)
-        return _formulate(coeff, np.repeat(gpus[:, None], coeff.shape[1], axis=1), capacity,
-                          floor, np.where(held, _FROZEN, 0.0))
 
 
 def normalised(inp: AllocationInput, throughputs: FloatArray) -> FloatArray:

@@ -94,11 +94,11 @@ class MinCost(RoundPolicy):
                 need[:m] = np.where(np.isfinite(left) & (left > 0),
                                     inp.remaining / np.where(left > 0, left, 1.0), 0.0)
         lp.need.value = need
-        x, _ = solve_first(lp.problem, lp.x, SOLVERS)
+        x, _ = solve_first(lp.problem, lp.x, SOLVERS, rows=size)
         if x is None and need.any():
             self.slo_dropped += 1
             lp.need.value = np.zeros(size)
-            x, _ = solve_first(lp.problem, lp.x, SOLVERS)
+            x, _ = solve_first(lp.problem, lp.x, SOLVERS, rows=size)
         if x is None:
             self.cache.stats.fallbacks += 1
             return inp.even_split()

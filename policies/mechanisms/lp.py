@@ -1,8 +1,9 @@
 """What every LP-based policy shares: problem sizes, a compile cache, solver statistics.
 
 cvxpy compiles a problem once per shape; with every number a `cp.Parameter` (DPP) a re-plan only
-re-solves. Shapes are bucketed so that a queue growing by one job does not recompile: sizes are
-exact up to 16, then rounded up to 4 significant bits (≤ 12.5 % padding), or for problems whose
+re-solves, up to `DPP_ROWS_MAX` rows (past it the compiled form costs more than it saves).
+Shapes are bucketed so that a queue growing by one job does not recompile: sizes are exact up
+to 16, then rounded up to 4 significant bits (≤ 12.5 % padding), or for problems whose
 compilation dominates (Gavel's, compiled at many sizes in one run), powers of two. Each policy
 pads its own way, so that padding rows never bind.
 
@@ -24,6 +25,11 @@ if TYPE_CHECKING:  # cvxpy costs about a second to import: only on first use
     import cvxpy as cp
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+# Past this many rows a problem is solved without DPP (cvxpy reads its Parameters as
+# constants and canonicalises afresh): the compiled form grows with the square of the rows
+# (Gavel's max-min LP at 8,192 rows: 4.8 GB and 16 s; finish-time fairness at 4,096: 5.5 GB),
+# a plain canonicalisation linearly (16,384 rows: about 1 s and 0.1 GB).
+DPP_ROWS_MAX = 2048
 USABLE = ("optimal", "optimal_inaccurate")
 # Solutions are rounded to this many decimals before any decision sees them. The solvers stop
 # at tolerances near 1e-8, so digits below 1e-6 are noise: the same optimum from another
@@ -99,18 +105,26 @@ class CompiledCache(Generic[P]):
         return CompiledCache(self.build)
 
 
-def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str]
-                ) -> tuple[FloatArray | None, str]:
+def compiles(rows: int) -> bool:
+    """Whether a problem of `rows` rows is solved through its compiled (DPP) form."""
+    return rows <= DPP_ROWS_MAX
+
+
+def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str], *,
+                rows: int = 0) -> tuple[FloatArray | None, str]:
     """Solve with each solver in turn; the first optimal value (or the first inaccurate one),
-    snapped to the share grid (`snap`)."""
+    snapped to the share grid (`snap`). A problem of more than `DPP_ROWS_MAX` rows is solved
+    without its compiled form."""
     from cvxpy.error import SolverError
 
+    plain = not compiles(rows)
     backup: tuple[FloatArray | None, str] = (None, "failed")
     for solver in solvers:
         try:
             with warnings.catch_warnings():  # "may be inaccurate": reported in the status
                 warnings.simplefilter("ignore", UserWarning)
-                problem.solve(solver=solver, warm_start=False)  # type: ignore[no-untyped-call]
+                problem.solve(solver=solver, warm_start=False,  # type: ignore[no-untyped-call]
+                              ignore_dpp=plain)
         except SolverError:
             continue
         value, status = variable.value, str(problem.status)

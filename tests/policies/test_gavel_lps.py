@@ -92,35 +92,55 @@ def test_max_min_recompiles_only_for_a_new_size_bucket() -> None:
     assert solver.cache.stats.cache_hits == 3
 
 
-def test_past_the_compiled_sizes_the_lp_built_over_arrays_reaches_the_same_optimum(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Above `DPP_ROWS_MAX` rows each solve builds the LP over the arrays (cvxpy's compiled
-    form grows with the square of the rows). The optimum level is unique even where X is not:
-    on random three-type instances, and with water filling's frozen rows, both forms agree."""
+@pytest.mark.parametrize("m", [5, 40, 130])
+def test_past_dpp_rows_max_the_lps_reach_the_same_optimum_uncompiled(
+        m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above `DPP_ROWS_MAX` rows an LP is solved without cvxpy's compiled (DPP) form, which
+    grows with the square of the rows. The optimum is unique even where X is not: on random
+    three-type instances both ways give the same max-min level (with and without water
+    filling's frozen rows) and the same worst finish-time-fairness rho."""
     import policies.max_min_fairness as mmf
+    from policies.mechanisms import lp
 
-    rng = np.random.default_rng(7)
-    for m in (5, 40, 130):
-        rates = rng.uniform(0.2, 3.0, (m, 3)).tolist()
-        data = inp(rates, [8, 8, 16], gpus=rng.choice([1.0, 2.0, 4.0], m).tolist(),
-                   weights=rng.choice([1.0, 2.0], m).tolist())
-        coeff = mmf.normalised(data, data.throughputs)
-        frozen = np.where(np.arange(m) % 3 == 0, 0.05, np.nan)
-        compiled = MaxMinLp()
-        want = [compiled.solve_levels(coeff, data.gpus, data.capacity, f)
-                for f in (None, frozen)]
-        monkeypatch.setattr(mmf, "DPP_ROWS_MAX", 0)
-        built = MaxMinLp()
-        got = [built.solve_levels(coeff, data.gpus, data.capacity, f) for f in (None, frozen)]
-        monkeypatch.undo()
-        assert built.cache.stats.compiles == 2 and built.cache.stats.cache_hits == 0
-        for w, g in zip(want, got, strict=True):
-            assert w is not None and g is not None
-            assert (g.x >= 0).all() and (g.x.sum(axis=1) <= 1 + 1e-6).all()
-            used = (data.gpus[:, None] * g.x).sum(axis=0)  # within the solver's tolerance
+    rng = np.random.default_rng(m)
+    data = inp(rng.uniform(0.2, 3.0, (m, 3)).tolist(), [8, 8, 16],
+               gpus=rng.choice([1.0, 2.0, 4.0], m).tolist(),
+               weights=rng.choice([1.0, 2.0], m).tolist(),
+               remaining=rng.uniform(100, 5000, m).tolist(), age=rng.uniform(0, 900, m).tolist())
+    coeff = mmf.normalised(data, data.throughputs)
+    frozen = np.where(np.arange(m) % 3 == 0, 0.05, np.nan)
+
+    def solved() -> tuple[list[float], float]:
+        levels = []
+        for f in (None, frozen):
+            sol = MaxMinLp().solve_levels(coeff, data.gpus, data.capacity, f)
+            assert sol is not None
+            assert (sol.x >= 0).all() and (sol.x.sum(axis=1) <= 1 + 1e-6).all()
+            used = (data.gpus[:, None] * sol.x).sum(axis=0)  # within the solver's tolerance
             assert (used <= data.capacity * (1 + 1e-5)).all()
-            assert g.level == pytest.approx(w.level, rel=1e-4), m
-            assert g.duals.shape == (m,)
+            levels.append(sol.level)
+        ftf = FinishTimeFairnessSolver()
+        ftf.solve(data, data.throughputs)
+        return levels, max(ftf.rho.values())
+
+    import cvxpy as cp
+
+    asked: list[bool] = []
+    solve = cp.Problem.solve
+
+    def recorded(problem: cp.Problem, *args: object, **kwargs: object) -> object:
+        asked.append(bool(kwargs.get("ignore_dpp")))
+        return solve(problem, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    monkeypatch.setattr(cp.Problem, "solve", recorded)
+    compiled = solved()
+    assert asked and not any(asked)
+    asked.clear()
+    monkeypatch.setattr(lp, "DPP_ROWS_MAX", 0)
+    plain = solved()
+    assert asked and all(asked)
+    assert plain[0] == pytest.approx(compiled[0], rel=1e-4)
+    assert plain[1] == pytest.approx(compiled[1], rel=1e-4)
 
 
 # -- finish-time fairness --------------------------------------------------------------------

@@ -52,10 +52,11 @@ def _gavel_digest(monkeypatch: pytest.MonkeyPatch, row: int | None) -> str:
     """Three identical jobs on one GPU under max-min fairness: the LP gives each 1/3."""
     real = lp.solve_first
 
-    def nudged(problem: Any, variable: Any, solvers: Any) -> Any:
+    def nudged(problem: Any, variable: Any, solvers: Any, **kw: Any) -> Any:
         if row is None:
-            return real(problem, variable, solvers)
-        return real(_Nudged(problem, variable, row), variable, solvers)  # type: ignore[arg-type]
+            return real(problem, variable, solvers, **kw)
+        return real(_Nudged(problem, variable, row), variable, solvers,  # type: ignore[arg-type]
+                    **kw)
 
     monkeypatch.setattr(mmf, "solve_first", nudged)
     jobs = [make_job(f"j{i}").rates(v100=1.0).iterations(900).build() for i in range(3)]
