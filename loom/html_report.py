@@ -30,7 +30,7 @@ from loom.report_charts import (
     utilisation_svg,
     waits_svg,
 )
-from services.metrics.core import JobOutcome, percentile
+from services.metrics.outcomes import JobOutcome, percentile
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from services.metrics.core import JobOutcome
+from services.metrics.outcomes import JobOutcome
 
 JOB_COLUMNS = (
     "job_id", "tenant", "model", "gpus", "submit_s", "start_s", "end_s", "jct_s",

@@ -22,7 +22,8 @@ from schemas.job import JobSpec
 from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.injector.core import InjectorCore
-from services.metrics.core import JobOutcome, MetricsCore
+from services.metrics.core import MetricsCore
+from services.metrics.outcomes import JobOutcome
 from services.nodeagent.simnode import SimNodeCore
 from services.placer.core import PlacerCore
 from services.runtime.bus import Bus, MemoryBus

@@ -25,7 +25,7 @@ from statistics import fmean
 import policies
 from loom.runs import RunSpec, run_parallel
 from loom.simulate import SimResult
-from services.metrics.core import JobOutcome
+from services.metrics.outcomes import JobOutcome
 from traces import load_cluster, load_throughputs
 from traces.gavel_generator import Distribution, generate_gavel_jobs, write_gavel_trace
 

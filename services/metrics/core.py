@@ -7,10 +7,8 @@ same decisions: a SHA-256 over every scheduler-produced event body, in order.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from domain.causes import RECLAIMED
@@ -20,72 +18,11 @@ from schemas.events import Envelope, JobTransitionV1, NodeHeartbeat, PlanDecided
 from schemas.job import JobSpec, JobState
 from schemas.queue_status import QueueStatus
 from services.metrics.forecasts import ForecastScores
+from services.metrics.outcomes import JobOutcome, percentile
 from services.metrics.queues import QueueBoard
+from services.metrics.usage_series import UsageSeries
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
-
-
-@dataclass(slots=True)
-class JobOutcome:
-    job_id: str
-    tenant: str
-    model: str
-    gpus: int
-    submit_s: float
-    deadline_s: float | None
-    best_effort: bool
-    state: JobState
-    work_s: float = 0.0  # solo run time at the requested GPUs
-    start_s: float | None = None
-    end_s: float | None = None  # when it finished, or failed
-    preemptions: int = 0
-    cause: str = ""
-    contention: float | None = None  # average active jobs over its lifetime (≥ 1)
-    total_gpus: int = 0
-    gpu_s: float = 0.0  # GPU-seconds it held (per-tenant shares)
-    # GPU-seconds its preemptions cost: each run's work since its last checkpoint (taken as
-    # the run's start, an upper bound) and each restart's overhead; those by reclaim apart.
-    lost_gpu_s: float = 0.0
-    reclaim_lost_gpu_s: float = 0.0
-    # Seconds spent waiting (queued, or preempted and not yet restarted), every wait counted;
-    # `waiting_since` is when the current wait began (None: not waiting now).
-    pending_s: float = 0.0
-    waiting_since: float | None = None
-
-    @property
-    def jct_s(self) -> float | None:
-        """Submission to completion: a job that failed has none."""
-        if self.end_s is None or self.state is not JobState.FINISHED:
-            return None
-        return self.end_s - self.submit_s
-
-    @property
-    def queueing_s(self) -> float | None:
-        """Time to first start: submission to the first launch (later waits not counted)."""
-        return None if self.start_s is None else self.start_s - self.submit_s
-
-    @property
-    def ftf_rho(self) -> float | None:
-        """Finish-time fairness (Themis): JCT over the time it would take with its fair share.
-
-        The fair share is 1/N̄ of the cluster, N̄ the average number of active jobs while it
-        was in the system, capped at the GPUs it asked for. ρ ≤ 1: it did at least as well as
-        a dedicated 1/N̄ slice would have.
-        """
-        jct = self.jct_s
-        if jct is None or self.contention is None or self.work_s <= 0:
-            return None
-        share = min(1.0, self.total_gpus / (self.contention * self.gpus))
-        return jct * share / self.work_s
-
-    @property
-    def met_deadline(self) -> bool | None:
-        if self.deadline_s is None or self.best_effort:
-            return None
-        return self.state is JobState.FINISHED and self.end_s is not None and (
-            self.end_s <= self.deadline_s
-        )
-
 
 # The states as module constants, and the sets `JobState.waiting` / `.terminal` test: these
 # run on every transition, where `JobState.X` (a lookup through the enum's metaclass) and those
@@ -114,87 +51,6 @@ def plan_record(p: PlanDecided, at: float) -> str:
 def _rejection_code(t: JobTransitionV1) -> str:
     """What kind of rejection this is: its status code (`rejected_too_large`, ...)."""
     return t.status.code.value if t.status is not None else "rejected"
-
-
-class UsageSeries:
-    """Busy GPU-seconds over time, in equal bins, for a utilisation-over-time plot.
-
-    At most `max_bins` bins, from the start of the first busy interval: when the run outgrows
-    them, neighbouring pairs merge and the width doubles. Bins stay aligned (the width is the
-    first one times a power of two), so a merged bin holds exactly the GPU-seconds of its
-    span, and memory stays bounded however long the run. It only observes: no decision and
-    no digest reads it.
-    """
-
-    __slots__ = ("bins", "max_bins", "origin", "width")
-
-    def __init__(self, width_s: float = 1.0, max_bins: int = 512) -> None:
-        if width_s <= 0 or max_bins < 2:
-            raise ValueError("a usage series needs a positive width and at least 2 bins")
-        self.width = width_s
-        self.max_bins = max_bins
-        self.origin: float | None = None  # start of bin 0: the first busy moment
-        self.bins: list[float] = []  # GPU-seconds held in each bin
-
-    def add(self, start: float, end: float, gpus: int) -> None:
-        """`gpus` GPUs were busy from `start` to `end`."""
-        if gpus <= 0 or end <= start:
-            return
-        if self.origin is None:
-            self.origin = start
-        lo, hi = max(start - self.origin, 0.0), end - self.origin
-        while hi > self.width * self.max_bins:
-            self._coarsen()
-        i = int(lo // self.width)
-        while lo < hi:
-            edge = (i + 1) * self.width
-            if edge <= lo:  # float rounding at a bin edge
-                i += 1
-                continue
-            stop = min(hi, edge)
-            if i >= len(self.bins):
-                self.bins.extend([0.0] * (i + 1 - len(self.bins)))
-            self.bins[i] += gpus * (stop - lo)
-            lo = stop
-            i += 1
-
-    def copy(self) -> UsageSeries:
-        twin = UsageSeries(self.width, self.max_bins)
-        twin.origin, twin.bins = self.origin, list(self.bins)
-        return twin
-
-    def _coarsen(self) -> None:
-        self.bins = _pairs_merged(self.bins)
-        self.width *= 2
-
-    def utilisation(self, total_gpus: int, end: float) -> list[tuple[float, float]]:
-        """(bin start, fraction of `total_gpus` busy in the bin) up to `end`; the last bin's
-        fraction is over the part of it before `end`."""
-        if self.origin is None or total_gpus <= 0 or end <= self.origin:
-            return []
-        span = end - self.origin
-        bins, width = self.bins, self.width
-        while span > width * self.max_bins:  # an idle tail past the last busy bin
-            bins, width = _pairs_merged(bins), width * 2
-        points = []
-        for i in range(max(1, math.ceil(span / width))):
-            start = i * width
-            length = min(width, span - start)
-            busy = bins[i] if i < len(bins) else 0.0
-            points.append((self.origin + start,
-                           busy / (total_gpus * length) if length > 0 else 0.0))
-        return points
-
-
-def _pairs_merged(bins: list[float]) -> list[float]:
-    return [bins[k] + (bins[k + 1] if k + 1 < len(bins) else 0.0)
-            for k in range(0, len(bins), 2)]
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Muri's calc.py convention: sorted[floor(q·n)], clamped to the last element."""
-    n = len(sorted_values)
-    return sorted_values[min(n - 1, math.floor(q * n))]
 
 
 class MetricsCore(CoreDefaults):

@@ -8,7 +8,7 @@ import pytest
 from loom.html_report import CellData, TraceSection, cell_data, render, size_bucket
 from loom.report_charts import duration, nice_ticks, thin_cdf
 from schemas.job import JobState
-from services.metrics.core import JobOutcome
+from services.metrics.outcomes import JobOutcome
 
 
 @pytest.mark.parametrize(("gpus", "bucket"), [

@@ -15,7 +15,7 @@ import pytest
 from loom.cli import main
 from loom.sweep import default_window, window_jct
 from schemas.job import JobState
-from services.metrics.core import JobOutcome
+from services.metrics.outcomes import JobOutcome
 from traces import load_trace
 from traces.elasticflow_generator import main as ef_generator_main
 from traces.gavel_generator import main as generator_main

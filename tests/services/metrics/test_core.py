@@ -4,7 +4,8 @@ import pytest
 
 from schemas.events import JobTransitionV1, PlanDecided, envelope
 from schemas.job import JobState
-from services.metrics.core import MetricsCore, percentile
+from services.metrics.core import MetricsCore
+from services.metrics.outcomes import percentile
 from tests.builders import make_job
 
 Q, R, P, F, J = (JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED, JobState.FINISHED,

@@ -7,7 +7,8 @@ import pytest
 
 from schemas.events import JobTransitionV1, envelope
 from schemas.job import JobState
-from services.metrics.core import MetricsCore, UsageSeries
+from services.metrics.core import MetricsCore
+from services.metrics.usage_series import UsageSeries
 from tests.builders import make_job
 
 
