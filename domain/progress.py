@@ -42,17 +42,9 @@ class RunProgress:
         self.at = now
 
     def advance_to_finish(self, now: float, lost_s: float, upto: float | None = None) -> float:
-        """`advance(now, lost_s)`, then `finish_at(now, upto)` (a node's re-arm at each
-        cycle) in fewer steps, with the same arithmetic: the same floats, bit for bit."""
-        left = self.remaining = self.left_at(now, lost_s)
-        self.at = now
-        if self.segments is not None:
-            return self.finish_at(now, upto)
-        if upto is not None:
-            left -= self.total - upto
-        left = left if left > 0.0 else 0.0
-        ready_at = self.ready_at
-        return (now if now > ready_at else ready_at) + left * self.iteration_s
+        """`advance(now, lost_s)`, then `finish_at(now, upto)`: a node's re-arm at each cycle."""
+        self.advance(now, lost_s)
+        return self.finish_at(now, upto)
 
     def finish_at(self, now: float, upto: float | None = None) -> float:
         """When the run completes (with `upto`: reaches that many iterations done, a mark
