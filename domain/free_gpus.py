@@ -133,12 +133,14 @@ class FreeIndex:
         return file[0] if file else None
 
     def tightest(self, gpus: int, displace: bool) -> int | None:
-        """The first node, in cluster order, of those with the fewest free GPUs among those
-        where `gpus` fit (counting held GPUs only with `displace`)."""
-        for free in range(gpus, self._top + 1):
+        """The first node, in cluster order, of those with the fewest GPUs to take among those
+        where `gpus` fit: free GPUs with `displace`, else free GPUs no running job holds (held
+        ones go back to their jobs, so they do not count for the fit)."""
+        top = self._top
+        for room in range(gpus, top + 1):
             best: int | None = None
-            for unheld in range(0 if displace else gpus, free + 1):
-                pos = self._first_in((free, unheld))
+            for other in range(0 if displace else room, (room if displace else top) + 1):
+                pos = self._first_in((room, other) if displace else (other, room))
                 if pos is not None and (best is None or pos < best):
                     best = pos
             if best is not None:

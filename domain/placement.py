@@ -17,8 +17,11 @@ cycle costs what it places rather than the cluster's size. The schemes:
   fragment each other; tightest node first. Other gang sizes are placed consolidated.
 
 Running jobs keep their GPUs when those are still free ("sticky"), and new jobs prefer GPUs no
-running job holds, so a re-plan moves as few jobs as possible. Both schemes are monotone: if a
-gang of g GPUs does not fit, no bigger gang fits either, which lets policies skip ahead.
+running job holds, so a re-plan moves as few jobs as possible. The tightest node for a new job
+is judged by those GPUs too, so where a job that displaces nobody lands does not depend on
+which running jobs the walk has re-placed before it: a walk that places it with every running
+job in place lands it on the same GPUs. Both schemes are monotone: if a gang of g GPUs does
+not fit, no bigger gang fits either, which lets policies skip ahead.
 
 GPUs taken out of service (a node's failed health check, `Topology.take_out`) are cordoned one
 at a time, as a drained node is whole: nothing new lands on them, a running job keeps its own.
@@ -339,14 +342,10 @@ class CyclePlacement:
             pos = (index.first if self.scheme == "yarn" else index.tightest)(gpus, displace)
             best = None if pos is None else self._nodes[pos]
         else:
-            if displace:
-                fits = [n for n in nodes if n.size >= gpus and n.free.bit_count() >= gpus]
-            else:
-                fits = [n for n in nodes
-                        if n.size >= gpus and (n.free & ~n.held).bit_count() >= gpus]
-            # tightest fit; yarn: first fit in node order
+            fits = [n for n in nodes if n.size >= gpus and n.available(displace) >= gpus]
+            # tightest fit (`FreeIndex.tightest`); yarn: first fit in node order
             best = (None if not fits else fits[0] if self.scheme == "yarn"
-                    else min(fits, key=lambda n: n.n_free))
+                    else min(fits, key=lambda n: n.available(displace)))
         if best is not None:
             return ((best.node_id, best.take(gpus)),)
         for members in switches:
@@ -359,7 +358,7 @@ class CyclePlacement:
     def _buddy(self, switches: list[list[NodeGpus]], gpus: int, displace: bool
                ) -> GpuSlots | None:
         """An aligned power-of-two block: within a node, or whole nodes in a row."""
-        best: tuple[int, NodeGpus, int] | None = None  # (free GPUs, node, block mask)
+        best: tuple[int, NodeGpus, int] | None = None  # (GPUs to take, node, block mask)
         for members in switches:
             for node in members:
                 if node.size < gpus:
@@ -368,8 +367,9 @@ class CyclePlacement:
                 for start in range(0, node.size - gpus + 1, gpus):
                     block = ((1 << gpus) - 1) << start
                     if usable & block == block:
-                        if best is None or node.n_free < best[0]:
-                            best = (node.n_free, node, block)
+                        room = node.available(displace)
+                        if best is None or room < best[0]:
+                            best = (room, node, block)
                         break
         if best is not None:
             _, node, block = best
@@ -403,7 +403,7 @@ class CyclePlacement:
             if not candidates:
                 return None
             remainder = candidates[0] if self.scheme == "yarn" else min(
-                candidates, key=lambda n: (n.unheld_free() < rest, n.n_free))
+                candidates, key=lambda n: (n.unheld_free() < rest, n.available(displace)))
         slots = [(n.node_id, n.take(size)) for n in chosen]
         if remainder is not None:
             slots.append((remainder.node_id, remainder.take(rest)))

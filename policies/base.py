@@ -137,6 +137,8 @@ class Policy(abc.ABC):
     replan: ClassVar[Replan] = "event"
     # The scheduler lets goodput-profiled jobs pick their batch size (Pollux co-adaptation).
     adapts_batch_size: ClassVar[bool] = False
+    # Whether `plan_in_place` may answer (the scheduler asks it only then).
+    tries_in_place: ClassVar[bool] = False
     # The empirical job-size sample a policy ranks by, by name (Tiresias' "yarn-gput1000");
     # whoever makes the policy loads it (`traces.distributions`) and passes it to `configure`.
     size_distribution: ClassVar[str | None] = None
@@ -170,6 +172,15 @@ class Policy(abc.ABC):
         running job where it is. Then the cycle is planned in place (`Snapshot.in_place`) and
         costs what it places, not what runs."""
         return False
+
+    def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
+        """Asked when `running_stays` said no (only if `tries_in_place`), with the placement
+        opened in place: this cycle's plan, if this policy can show from an in-place walk
+        that its full walk would have left every running job where it is (and then placed
+        the same jobs on the same GPUs); else None, and nothing changed, so the cycle is
+        planned in full. Then a cycle in which the jobs that overtake running ones fit
+        beside them costs what it places too."""
+        return None
 
     @abc.abstractmethod
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan: ...

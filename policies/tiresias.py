@@ -68,8 +68,10 @@ class DiscretisedLas(OrderedPolicy):
         self._queue.pop(job_id, None)
         self._key.pop(job_id, None)
 
+    tries_in_place = False  # demotions and promotions move running jobs between queues first
+
     def running_stays(self, snap: Snapshot) -> bool:
-        return False  # demotions and promotions move running jobs between queues first
+        return False
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         last = len(self.limits)

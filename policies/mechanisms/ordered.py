@@ -31,8 +31,14 @@ class OrderedPolicy(Policy):
 
     While every waiting job ranks after every running one, the walk would re-place each
     running job where it is before it reached a waiting one: such a cycle is planned in place
-    (`running_stays`), placing waiting jobs only.
+    (`running_stays`), placing waiting jobs only. When some waiting jobs overtake running ones,
+    the cycle is still planned in place if every one of them fits beside the running jobs
+    (`plan_in_place`): the full walk would have placed each of them on the same free GPUs
+    (placement never counts a held GPU as room for a job that displaces nobody) and then
+    re-placed every running job where it is.
     """
+
+    tries_in_place = True
 
     def __init__(self) -> None:
         self._buckets: dict[int, SortedList] = {}  # GPU count → sorted (key, job_id)
@@ -91,6 +97,21 @@ class OrderedPolicy(Policy):
         if not heads or not snap.running:
             return True
         return bool(max(self._keys_of(snap)) < min(heads))
+
+    def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
+        worst = max(self._keys_of(snap))
+        # Per GPU count, how many waiting jobs rank ahead of the last running one.
+        ahead = [(gpus, bucket, bucket.bisect_left(worst))
+                 for gpus, bucket in self._buckets.items()]
+        if sum(gpus * n for gpus, _, n in ahead) > fit.free_gpus:
+            return None  # they cannot all fit: some would displace running jobs, or wait
+        plan = greedy_fill(self.streams([]), snap.jobs, fit, self.name)
+        if any(jid not in plan.run for _, bucket, n in ahead for _, jid in bucket.islice(0, n)):
+            return None
+        plan.stay = True
+        self.settle(snap, plan, [])
+        self._last = plan
+        return plan
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         if snap.in_place:

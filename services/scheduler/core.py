@@ -315,26 +315,37 @@ class SchedulerCore(CoreDefaults):
             running=tuple(running_views),
         )
         scheme = self.config.placement or self.policy.placement
+        policy = self.policy
         # In place only where the walk would keep every running job where it is: not when
         # placement re-packs them every cycle (yarn), nor under tenants' quotas.
-        in_place = (scheme != "yarn" and self.config.tenants is None
-                    and self.policy.running_stays(snap))
-        fit = self._placement(scheme, in_place)
+        may = scheme != "yarn" and self.config.tenants is None
+        in_place = may and policy.running_stays(snap)
+        attempt = may and not in_place and policy.tries_in_place and bool(snap.running)
+        fit = self._placement(scheme, in_place or attempt)
+        plan = None
         if in_place:
             snap = replace(snap, in_place=True)
-        if self.admission is not None:
-            plan, self.tenancy = self.admission.plan(self.policy, fit, snap)
-        else:
-            plan = self.policy.plan(snap, fit)
+        elif attempt:
+            plan = policy.plan_in_place(replace(snap, in_place=True), fit)
+            if plan is None:  # the cycle needs the full walk: running jobs held, not placed
+                fit.next_cycle(self._cordoned())
+        if plan is None and self.admission is not None:
+            plan, self.tenancy = self.admission.plan(policy, fit, snap)
+        elif plan is None:
+            plan = policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)
+
+    def _cordoned(self) -> set[str]:
+        """Nodes that take no new work: drained ones, and lost ones (whose jobs have already
+        been requeued)."""
+        return self.drained | self.faults.lost if self.faults.lost else self.drained
 
     def _placement(self, scheme: Scheme, in_place: bool) -> CyclePlacement:
         """This cycle's placement state: the last cycle's, told which jobs started, stopped or
         moved since (a new one when the scheme changed), with running jobs held for the walk
         to re-place them, or `in_place`."""
-        # A lost node is cordoned like a drained one (its jobs have already been requeued).
-        cordoned = self.drained | self.faults.lost if self.faults.lost else self.drained
+        cordoned = self._cordoned()
         moves = self.jobs.take_moves()
         fit = self.fit
         if fit is None or fit.scheme != scheme:

@@ -434,6 +434,31 @@ def test_no_gpu_is_handed_out_twice_and_free_count_is_exact(scheme: str) -> None
         assert fit.placed == placed
 
 
+@pytest.mark.parametrize("index_from", [1, 10**9], ids=["indexed", "scanned"])
+@pytest.mark.parametrize("scheme", STICKY)
+def test_a_job_that_displaces_nobody_lands_as_if_running_jobs_were_already_placed(
+        scheme: str, index_from: int) -> None:
+    """Whether the running jobs are still held (a walk has not reached them) or already on
+    their GPUs (a cycle opened in place), new gangs that fit beside them land on the same
+    GPUs; the first that would displace one (or fit nowhere) fits nowhere in place."""
+    for seed in SEEDS:
+        rng = random.Random(seed)
+        cl = random_cluster(rng)
+        previous = random_previous(rng, cl, scheme)
+        held = {g for slots in previous.values() for g in gpus_of(slots)}
+        walk = CyclePlacement(cl, scheme, previous, index_from=index_from)  # type: ignore[arg-type]
+        ahead = CyclePlacement(cl, scheme, previous, index_from=index_from)  # type: ignore[arg-type]
+        ahead.next_cycle(in_place=True)
+        for k in range(rng.randint(1, 8)):
+            g = rng.randint(1, cl.total_gpus)
+            a, b = walk.try_place(f"new{k}", g), ahead.try_place(f"new{k}", g)
+            ctx = f"seed={seed} scheme={scheme} new{k} gpus={g} walk={a} in place={b}"
+            if a is None or held & set(gpus_of(a)):
+                assert b is None, ctx
+                break
+            assert a == b, ctx
+
+
 def assert_consolidated(cl: ClusterSpec, slots: GpuSlots, g: int, biggest: int, ctx: str) -> None:
     if g <= biggest:
         assert len(slots) == 1, ctx

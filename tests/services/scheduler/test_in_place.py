@@ -1,5 +1,6 @@
-"""Cycles planned in place (services/scheduler/core.py, `Policy.running_stays`) decide exactly
-what the full walk over running jobs decides: the same runs with and without them, bit for bit.
+"""Cycles planned in place (services/scheduler/core.py, `Policy.running_stays` and
+`Policy.plan_in_place`) decide exactly what the full walk over running jobs decides: the same
+runs with and without them, bit for bit.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def test_in_place_cycles_decide_as_the_full_walk(
     fast = _run(jobs, policy, nodes, overhead)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(OrderedPolicy, "running_stays", lambda self, snap: False)
+        m.setattr(OrderedPolicy, "tries_in_place", False)
         full = _run(jobs, policy, nodes, overhead)
     assert fast == full
 
@@ -59,3 +61,44 @@ def test_a_quiet_cluster_is_planned_in_place(monkeypatch: pytest.MonkeyPatch) ->
     out = simulate(jobs, "srtf", cluster(2, 8))
     assert out.summary["finished"] == 8
     assert walked == []
+
+
+def test_jobs_that_overtake_and_fit_beside_running_ones_are_planned_in_place(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shorter jobs arrive while a long one runs (each ranks ahead of it under srtf) and find
+    free GPUs: the running job is never walked, and nobody is preempted."""
+    walked: list[int] = []
+    original = OrderedPolicy.running_keys
+
+    def counting(self: OrderedPolicy, snap: object) -> object:
+        walked.append(1)
+        return original(self, snap)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(OrderedPolicy, "running_keys", counting)
+    jobs = [make_job("long").gpus(4).runs_for(10_000).submit(0).build()]
+    jobs += [make_job(f"short{i}").gpus(2).runs_for(50).submit(10 + 100 * i).build()
+             for i in range(6)]
+    out = simulate(jobs, "srtf", cluster(2, 8))
+    assert out.summary["finished"] == 7
+    assert out.summary["preemptions"] == 0
+    assert walked == []
+
+
+def test_an_overtaking_job_that_needs_a_running_jobs_gpus_gets_the_full_walk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short job that only fits by preempting the long one: the in-place attempt gives way
+    to the full walk, which preempts it."""
+    walked: list[int] = []
+    original = OrderedPolicy.running_keys
+
+    def counting(self: OrderedPolicy, snap: object) -> object:
+        walked.append(1)
+        return original(self, snap)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(OrderedPolicy, "running_keys", counting)
+    jobs = [make_job("long").gpus(8).runs_for(10_000).submit(0).build(),
+            make_job("short").gpus(8).runs_for(50).submit(10).build()]
+    out = simulate(jobs, "srtf", cluster(1, 8))
+    assert out.summary["finished"] == 2
+    assert out.summary["preemptions"] == 1
+    assert walked
