@@ -45,6 +45,7 @@ class OrderedPolicy(Policy):
         self._wkey: dict[str, tuple[Key, int]] = {}
         self._last: Plan | None = None
         self._running: tuple[tuple[JobView, ...], list[tuple[Key, str]]] | None = None
+        self._last_running: tuple[tuple[JobView, ...], tuple[Key, str]] | None = None
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -96,10 +97,17 @@ class OrderedPolicy(Policy):
         heads = [b[0] for b in self._buckets.values() if b]
         if not heads or not snap.running:
             return True
-        return bool(max(self._keys_of(snap)) < min(heads))
+        return bool(self._worst(snap) < min(heads))
+
+    def _worst(self, snap: Snapshot) -> tuple[Key, str]:
+        """The last running job's rank, once per snapshot (`plan_in_place` asks again)."""
+        cached = self._last_running
+        if cached is None or cached[0] is not snap.running:
+            cached = self._last_running = (snap.running, max(self._keys_of(snap)))
+        return cached[1]
 
     def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
-        worst = max(self._keys_of(snap))
+        worst = self._worst(snap)
         # Per GPU count, how many waiting jobs rank ahead of the last running one.
         ahead = [(gpus, bucket, bucket.bisect_left(worst))
                  for gpus, bucket in self._buckets.items()]
