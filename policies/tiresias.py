@@ -15,6 +15,7 @@ for a waiting one, so a waiting job's key never changes while it waits.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import ClassVar
 
 from policies.base import Fitter, JobView, Plan, Snapshot, greedy_fill
@@ -36,6 +37,7 @@ class DiscretisedLas(OrderedPolicy):
         self._key: dict[str, Key] = {}
         self._back = 0  # appends to the back of a queue
         self._front = 0  # preempted jobs go in front of the waiting part of their queue
+        self._next_rank = 0  # above every running job's rank (see `plan_in_place`)
 
     def attained(self, job: JobView) -> float:
         return job.attained_gpu_s if self.gpu_time else job.attained_s
@@ -58,6 +60,7 @@ class DiscretisedLas(OrderedPolicy):
     def job_running(self, job: JobView) -> None:
         super().job_running(job)
         self._key[job.job_id] = (self._queue[job.job_id], 0, self._back)
+        self._next_rank = max(self._next_rank, self._back + 1)
 
     def _level(self, job: JobView) -> int:
         attained = self.attained(job)
@@ -68,25 +71,47 @@ class DiscretisedLas(OrderedPolicy):
         self._queue.pop(job_id, None)
         self._key.pop(job_id, None)
 
-    tries_in_place = False  # demotions and promotions move running jobs between queues first
-
     def running_stays(self, snap: Snapshot) -> bool:
-        return False
+        return False  # a waiting job always ranks ahead of running ones in lower queues
+
+    def _demoted(self, snap: Snapshot) -> list[str]:
+        """Running jobs whose attained service reached their queue's limit: one level down
+        this cycle (at most one, as Tiresias does)."""
+        last, limits, queue = len(self.limits), self.limits, self._queue
+        # Tolerance: a wake-up for the crossing can land a hair before it in floating point
+        # (e.g. 3249.9999999999995 GPU-s); without it that instant would re-plan forever.
+        return [job.job_id for job in snap.running
+                if (q := queue[job.job_id]) < last
+                and self.attained(job) >= limits[q] - DEMOTION_TOLERANCE]
+
+    def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
+        # Without demotions every running job keeps its key, and the walk over waiting jobs
+        # decides as the full walk would (OrderedPolicy.walk_in_place). Jobs that start get
+        # ranks after every running job's, in walk order: the order the full walk gives them.
+        if self._demoted(snap):
+            return None
+        plan = self.walk_in_place(snap, fit)
+        if plan is None:
+            return None
+        for jid in plan.run:
+            super().job_removed(jid)
+            self._key[jid] = (self._queue[jid], 0, self._next_rank)
+            self._next_rank += 1
+        plan.wakeup_at = self._next_demotion(snap, [*(v.job_id for v in snap.running),
+                                                    *plan.run])
+        self._last = plan
+        return plan
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
-        last = len(self.limits)
-        for job in snap.running:  # demote at most one level per cycle, as Tiresias does
-            q = self._queue[job.job_id]
-            # Tolerance: a wake-up for the crossing can land a hair before it in floating point
-            # (e.g. 3249.9999999999995 GPU-s); without it that instant would re-plan forever.
-            if q < last and self.attained(job) >= self.limits[q] - DEMOTION_TOLERANCE:
-                self._append(job.job_id, q + 1)
+        for jid in self._demoted(snap):
+            self._append(jid, self._queue[jid] + 1)
         running = sorted((self._key[v.job_id], v.job_id) for v in snap.running)
         plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)
         for jid in plan.run:
             super().job_removed(jid)
         for rank, jid in enumerate(plan.run):  # plan.run is in walk order
             self._key[jid] = (self._queue[jid], 0, rank)
+        self._next_rank = len(plan.run)
         # A preempted job keeps its place in the walk: one that ran last cycle goes in front of
         # its queue's waiting jobs; one demoted this cycle stays at the back of its new queue.
         preempted = [(k, jid) for k, jid in running if jid not in plan.run]
@@ -96,14 +121,15 @@ class DiscretisedLas(OrderedPolicy):
                 k = (self._queue[jid], 1, self._front)
                 self._key[jid] = k
             self._enqueue(snap.jobs[jid], k)
-        plan.wakeup_at = self._next_demotion(snap, plan)
+        plan.wakeup_at = self._next_demotion(snap, plan.run)
         self._last = plan
         return plan
 
-    def _next_demotion(self, snap: Snapshot, plan: Plan) -> float | None:
-        """When the next running job crosses its queue limit (Tiresias' "job jump" event)."""
+    def _next_demotion(self, snap: Snapshot, running: Iterable[str]) -> float | None:
+        """When the next of the `running` jobs crosses its queue limit (Tiresias' "job jump"
+        event)."""
         best: float | None = None
-        for jid in plan.run:
+        for jid in running:
             q = self._queue[jid]
             if q >= len(self.limits):
                 continue

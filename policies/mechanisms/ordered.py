@@ -107,6 +107,15 @@ class OrderedPolicy(Policy):
         return cached[1]
 
     def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
+        plan = self.walk_in_place(snap, fit)
+        if plan is not None:
+            self.settle(snap, plan, [])
+            self._last = plan
+        return plan
+
+    def walk_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
+        """The walk over waiting jobs only, if every one that ranks ahead of a running job
+        finds GPUs beside them (the full walk's plan then); else None. Changes no index."""
         worst = self._worst(snap)
         # Per GPU count, how many waiting jobs rank ahead of the last running one.
         ahead = [(gpus, bucket, bucket.bisect_left(worst))
@@ -117,8 +126,6 @@ class OrderedPolicy(Policy):
         if any(jid not in plan.run for _, bucket, n in ahead for _, jid in bucket.islice(0, n)):
             return None
         plan.stay = True
-        self.settle(snap, plan, [])
-        self._last = plan
         return plan
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:

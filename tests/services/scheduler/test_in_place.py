@@ -5,6 +5,8 @@ runs with and without them, bit for bit.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,13 +15,13 @@ from policies.mechanisms.ordered import OrderedPolicy
 from schemas.job import JobSpec
 from tests.builders import cluster, make_job, simulate
 
-ORDERED = ("fifo", "srtf", "srsf")
+ORDERED = ("fifo", "srtf", "srsf", "tiresias", "las")
 
 traces = st.lists(
     st.tuples(st.sampled_from([1, 1, 2, 4, 8]),  # GPUs
-              st.integers(1, 400),  # seconds of work
-              st.integers(0, 600)),  # submission
-    min_size=1, max_size=40)
+              st.integers(1, 4000),  # seconds of work: long enough for Tiresias' demotions
+              st.integers(0, 3000)),  # submission
+    min_size=1, max_size=60)
 
 
 def _jobs(rows: list[tuple[int, int, int]]) -> list[JobSpec]:
@@ -33,18 +35,33 @@ def _run(jobs: list[JobSpec], policy: str, nodes: int, overhead: str) -> tuple[o
     return s["decision_digest"], s["events"], s["cycles"], s["avg_jct_s"]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(rows=traces, policy=st.sampled_from(ORDERED), nodes=st.sampled_from([2, 4]),
        overhead=st.sampled_from(["none", "muri"]))
 def test_in_place_cycles_decide_as_the_full_walk(
         rows: list[tuple[int, int, int]], policy: str, nodes: int, overhead: str) -> None:
     jobs = _jobs(rows)
-    fast = _run(jobs, policy, nodes, overhead)
+    assert _run(jobs, policy, nodes, overhead) == _full(jobs, policy, nodes, overhead)
+
+
+def _full(jobs: list[JobSpec], policy: str, nodes: int, overhead: str) -> tuple[object, ...]:
     with pytest.MonkeyPatch.context() as m:
         m.setattr(OrderedPolicy, "running_stays", lambda self, snap: False)
         m.setattr(OrderedPolicy, "tries_in_place", False)
-        full = _run(jobs, policy, nodes, overhead)
-    assert fast == full
+        return _run(jobs, policy, nodes, overhead)
+
+
+@pytest.mark.parametrize("policy", ["tiresias", "las"])
+def test_tiresias_in_place_cycles_decide_as_the_full_walk_on_busy_traces(policy: str) -> None:
+    """Seeded traces of 60 jobs, long enough for demotions and queues, where the jobs that
+    start in place must get ranks that order them as the full walk would."""
+    for seed in range(12):
+        rng = random.Random(seed)
+        rows = [(rng.choice([1, 1, 2, 4, 8]), rng.randint(1, 4000), rng.randint(0, 3000))
+                for _ in range(60)]
+        jobs = _jobs(rows)
+        nodes = rng.choice([2, 4])
+        assert _run(jobs, policy, nodes, "muri") == _full(jobs, policy, nodes, "muri"), seed
 
 
 def test_a_quiet_cluster_is_planned_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
