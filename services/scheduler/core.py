@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -79,6 +78,7 @@ from services.scheduler import (
 )
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.estimate import launch_progress
+from services.scheduler.in_place import open_cycle
 from services.scheduler.jobs import JobRecord, JobTable
 from services.scheduler.liveness import NodeFaults, launch_key, lost_key, retry_key
 
@@ -315,24 +315,13 @@ class SchedulerCore(CoreDefaults):
             running=tuple(running_views),
         )
         scheme = self.config.placement or self.policy.placement
-        policy = self.policy
-        # In place only where the walk would keep every running job where it is: not when
-        # placement re-packs them every cycle (yarn), nor under tenants' quotas.
-        may = scheme != "yarn" and self.config.tenants is None
-        in_place = may and policy.running_stays(snap)
-        attempt = may and not in_place and policy.tries_in_place and bool(snap.running)
-        fit = self._placement(scheme, in_place or attempt)
-        plan = None
-        if in_place:
-            snap = replace(snap, in_place=True)
-        elif attempt:
-            plan = policy.plan_in_place(replace(snap, in_place=True), fit)
-            if plan is None:  # the cycle needs the full walk: running jobs held, not placed
-                fit.next_cycle(self._cordoned())
+        snap, fit, plan = open_cycle(
+            self.policy, snap, scheme != "yarn" and self.config.tenants is None,
+            lambda in_place: self._placement(scheme, in_place), self._cordoned())
         if plan is None and self.admission is not None:
-            plan, self.tenancy = self.admission.plan(policy, fit, snap)
+            plan, self.tenancy = self.admission.plan(self.policy, fit, snap)
         elif plan is None:
-            plan = policy.plan(snap, fit)
+            plan = self.policy.plan(snap, fit)
         self.last_plan = plan
         return self._apply(plan, now)
 

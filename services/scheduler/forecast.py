@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from domain import causes
@@ -37,6 +37,7 @@ from schemas.job import JobState
 from schemas.tenants import TenantsConfig
 from schemas.throughputs import ThroughputTable
 from services.scheduler.estimate import due_at, launch_progress
+from services.scheduler.in_place import open_cycle
 from services.scheduler.jobs import JobRecord, admission_order
 from services.scheduler.lifecycle import Transition
 
@@ -242,13 +243,11 @@ class _Forward:
         snap = Snapshot(now=t, cluster=self.inp.cluster, jobs=MappingProxyType(self.views),
                         running=tuple(running_views))
         scheme = self.inp.scheme or self.policy.placement
-        in_place = (scheme != "yarn" and self.inp.tenants is None
-                    and self.policy.running_stays(snap))
-        fit = self._placement(scheme, in_place)
-        if in_place:
-            snap = replace(snap, in_place=True)
-        if self.admission is None:
-            self._apply(self.policy.plan(snap, fit), t)
+        snap, fit, plan = open_cycle(
+            self.policy, snap, scheme != "yarn" and self.inp.tenants is None,
+            lambda in_place: self._placement(scheme, in_place), self.inp.cordoned)
+        if plan is not None or self.admission is None:
+            self._apply(plan if plan is not None else self.policy.plan(snap, fit), t)
             return
         plan, gate = self.admission.plan(self.policy, fit, snap)  # queues: reclaim, borrowing
         self.replan_now = replans_in_the_round(self.policy, gate, t)
