@@ -64,8 +64,9 @@ def test_tiresias_in_place_cycles_decide_as_the_full_walk_on_busy_traces(policy:
         assert _run(jobs, policy, nodes, "muri") == _full(jobs, policy, nodes, "muri"), seed
 
 
-def test_a_quiet_cluster_is_planned_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Jobs that each find free GPUs never make a cycle walk the running ones."""
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per full walk (each asks for the running jobs' sorted ranks)."""
     walked: list[int] = []
     original = OrderedPolicy.running_keys
 
@@ -74,48 +75,28 @@ def test_a_quiet_cluster_is_planned_in_place(monkeypatch: pytest.MonkeyPatch) ->
         return original(self, snap)  # type: ignore[arg-type]
 
     monkeypatch.setattr(OrderedPolicy, "running_keys", counting)
-    jobs = [make_job(f"j{i}").runs_for(100).submit(10 * i).build() for i in range(8)]
-    out = simulate(jobs, "srtf", cluster(2, 8))
-    assert out.summary["finished"] == 8
-    assert walked == []
+    return walked
 
 
-def test_jobs_that_overtake_and_fit_beside_running_ones_are_planned_in_place(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shorter jobs arrive while a long one runs (each ranks ahead of it under srtf) and find
-    free GPUs: the running job is never walked, and nobody is preempted."""
-    walked: list[int] = []
-    original = OrderedPolicy.running_keys
-
-    def counting(self: OrderedPolicy, snap: object) -> object:
-        walked.append(1)
-        return original(self, snap)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(OrderedPolicy, "running_keys", counting)
-    jobs = [make_job("long").gpus(4).runs_for(10_000).submit(0).build()]
-    jobs += [make_job(f"short{i}").gpus(2).runs_for(50).submit(10 + 100 * i).build()
-             for i in range(6)]
-    out = simulate(jobs, "srtf", cluster(2, 8))
-    assert out.summary["finished"] == 7
-    assert out.summary["preemptions"] == 0
-    assert walked == []
+# Jobs that each find free GPUs.
+QUIET = [make_job(f"j{i}").runs_for(100).submit(10 * i).build() for i in range(8)]
+# Shorter jobs arrive while a long one runs (each ranks ahead of it under srtf) and find free
+# GPUs beside it.
+OVERTAKE_BESIDE = [make_job("long").gpus(4).runs_for(10_000).submit(0).build(), *(
+    make_job(f"short{i}").gpus(2).runs_for(50).submit(10 + 100 * i).build() for i in range(6))]
+# A short job that only fits by preempting the long one.
+OVERTAKE_DISPLACING = [make_job("long").gpus(8).runs_for(10_000).submit(0).build(),
+                       make_job("short").gpus(8).runs_for(50).submit(10).build()]
 
 
-def test_an_overtaking_job_that_needs_a_running_jobs_gpus_gets_the_full_walk(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A short job that only fits by preempting the long one: the in-place attempt gives way
-    to the full walk, which preempts it."""
-    walked: list[int] = []
-    original = OrderedPolicy.running_keys
-
-    def counting(self: OrderedPolicy, snap: object) -> object:
-        walked.append(1)
-        return original(self, snap)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(OrderedPolicy, "running_keys", counting)
-    jobs = [make_job("long").gpus(8).runs_for(10_000).submit(0).build(),
-            make_job("short").gpus(8).runs_for(50).submit(10).build()]
-    out = simulate(jobs, "srtf", cluster(1, 8))
-    assert out.summary["finished"] == 2
-    assert out.summary["preemptions"] == 1
-    assert walked
+@pytest.mark.parametrize(("jobs", "nodes", "preemptions", "walked"), [
+    pytest.param(QUIET, 2, 0, False, id="quiet-cluster-in-place"),
+    pytest.param(OVERTAKE_BESIDE, 2, 0, False, id="overtakers-beside-running-in-place"),
+    pytest.param(OVERTAKE_DISPLACING, 1, 1, True, id="overtaker-that-displaces-walks"),
+])
+def test_which_cycles_walk_the_running_jobs(walks: list[int], jobs: list[JobSpec], nodes: int,
+                                            preemptions: int, walked: bool) -> None:
+    out = simulate(jobs, "srtf", cluster(nodes, 8))
+    assert out.summary["finished"] == len(jobs)
+    assert out.summary["preemptions"] == preemptions
+    assert bool(walks) == walked
