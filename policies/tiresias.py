@@ -72,7 +72,7 @@ class DiscretisedLas(OrderedPolicy):
         self._key.pop(job_id, None)
 
     def running_stays(self, snap: Snapshot) -> bool:
-        return False  # a waiting job always ranks ahead of running ones in lower queues
+        return False  # new jobs enter queue 0, ahead of running ones: `plan_in_place` decides
 
     def _demoted(self, snap: Snapshot) -> list[str]:
         """Running jobs whose attained service reached their queue's limit: one level down
