@@ -44,8 +44,9 @@ class OrderedPolicy(Policy):
         self._buckets: dict[int, SortedList] = {}  # GPU count → sorted (key, job_id)
         self._wkey: dict[str, tuple[Key, int]] = {}
         self._last: Plan | None = None
-        self._running: tuple[tuple[JobView, ...], list[tuple[Key, str]]] | None = None
-        self._last_running: tuple[tuple[JobView, ...], tuple[Key, str]] | None = None
+        # The running jobs' ranks (unsorted) and the last of them, for one snapshot's jobs.
+        self._running: tuple[tuple[JobView, ...], list[tuple[Key, str]],
+                             tuple[Key, str] | None] | None = None
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -83,14 +84,23 @@ class OrderedPolicy(Policy):
         return keys
 
     def _keys_of(self, snap: Snapshot) -> list[tuple[Key, str]]:
-        """The running jobs' ranks, unsorted; computed once per snapshot (`running_stays`
-        and a full walk both need them)."""
+        """The running jobs' ranks, unsorted; computed once per snapshot (`running_stays`,
+        `plan_in_place` and a full walk all need them)."""
+        return self._ranked(snap)[1]
+
+    def _worst(self, snap: Snapshot) -> tuple[Key, str]:
+        """The last running job's rank (there is one), once per snapshot."""
+        worst = self._ranked(snap)[2]
+        assert worst is not None
+        return worst
+
+    def _ranked(self, snap: Snapshot) -> tuple[tuple[JobView, ...], list[tuple[Key, str]],
+                                               tuple[Key, str] | None]:
         cached = self._running
-        if cached is not None and cached[0] is snap.running:
-            return cached[1]
-        keys = [(self.key(v), v.job_id) for v in snap.running]
-        self._running = (snap.running, keys)
-        return keys
+        if cached is None or cached[0] is not snap.running:
+            keys = [(self.key(v), v.job_id) for v in snap.running]
+            cached = self._running = (snap.running, keys, max(keys) if keys else None)
+        return cached
 
     def running_stays(self, snap: Snapshot) -> bool:
         # Exact for the plain walk below; a subclass that plans otherwise says False (Tiresias).
@@ -98,13 +108,6 @@ class OrderedPolicy(Policy):
         if not heads or not snap.running:
             return True
         return bool(self._worst(snap) < min(heads))
-
-    def _worst(self, snap: Snapshot) -> tuple[Key, str]:
-        """The last running job's rank, once per snapshot (`plan_in_place` asks again)."""
-        cached = self._last_running
-        if cached is None or cached[0] is not snap.running:
-            cached = self._last_running = (snap.running, max(self._keys_of(snap)))
-        return cached[1]
 
     def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
         plan = self.walk_in_place(snap, fit)

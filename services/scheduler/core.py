@@ -317,7 +317,7 @@ class SchedulerCore(CoreDefaults):
         scheme = self.config.placement or self.policy.placement
         snap, fit, plan = open_cycle(
             self.policy, snap, scheme != "yarn" and self.config.tenants is None,
-            lambda in_place: self._placement(scheme, in_place), self._cordoned())
+            lambda in_place: self._placement(scheme, in_place))
         if plan is None and self.admission is not None:
             plan, self.tenancy = self.admission.plan(self.policy, fit, snap)
         elif plan is None:
@@ -325,16 +325,12 @@ class SchedulerCore(CoreDefaults):
         self.last_plan = plan
         return self._apply(plan, now)
 
-    def _cordoned(self) -> set[str]:
-        """Nodes that take no new work: drained ones, and lost ones (whose jobs have already
-        been requeued)."""
-        return self.drained | self.faults.lost if self.faults.lost else self.drained
-
     def _placement(self, scheme: Scheme, in_place: bool) -> CyclePlacement:
         """This cycle's placement state: the last cycle's, told which jobs started, stopped or
         moved since (a new one when the scheme changed), with running jobs held for the walk
         to re-place them, or `in_place`."""
-        cordoned = self._cordoned()
+        # A lost node is cordoned like a drained one (its jobs have already been requeued).
+        cordoned = self.drained | self.faults.lost if self.faults.lost else self.drained
         moves = self.jobs.take_moves()
         fit = self.fit
         if fit is None or fit.scheme != scheme:

@@ -245,7 +245,7 @@ class _Forward:
         scheme = self.inp.scheme or self.policy.placement
         snap, fit, plan = open_cycle(
             self.policy, snap, scheme != "yarn" and self.inp.tenants is None,
-            lambda in_place: self._placement(scheme, in_place), self.inp.cordoned)
+            lambda in_place: self._placement(scheme, in_place))
         if plan is not None or self.admission is None:
             self._apply(plan if plan is not None else self.policy.plan(snap, fit), t)
             return
