@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import abc
 import heapq
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, NamedTuple, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol, overload
 
 from numpy.typing import ArrayLike
 
@@ -71,12 +71,58 @@ class JobView(NamedTuple):
         return self.attained_s * self.gpus
 
 
+class RunningJobs(Sequence[JobView]):
+    """A snapshot's running jobs in admission order, their views made when first read: a cycle
+    whose policy reads none of them (an in-place cycle of a policy that keeps its running
+    jobs' ranks itself) does not pay for a view of every running job.
+
+    `ids` and `reported` are read without making views: which jobs run, and which of them a
+    node reported progress for since the previous cycle (a report replaces the estimate, so
+    it may set a job back). Read it while the cycle plans; the scheduler closes it after."""
+
+    __slots__ = ("_make", "_views", "ids", "reported")
+
+    def __init__(self, ids: Collection[str], make: Callable[[], tuple[JobView, ...]],
+                 reported: Collection[str] = ()) -> None:
+        self.ids = ids
+        self.reported = reported
+        self._make: Callable[[], tuple[JobView, ...]] | None = make
+        self._views: tuple[JobView, ...] | None = None
+
+    def views(self) -> tuple[JobView, ...]:
+        if self._views is None:
+            if self._make is None:
+                raise RuntimeError("a snapshot's running jobs were read after its cycle")
+            self._views = self._make()
+        return self._views
+
+    def close(self) -> None:
+        """The cycle is over: its running jobs can no longer be read if they were not."""
+        self._make = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunningJobs:
+        return self  # read only: a copied policy may keep a snapshot's jobs it cached
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> JobView: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[JobView]: ...
+    def __getitem__(self, i: int | slice) -> JobView | Sequence[JobView]:
+        return self.views()[i]
+
+    def __iter__(self) -> Iterator[JobView]:
+        return iter(self.views())
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     cluster: ClusterSpec
     jobs: Mapping[str, JobView]  # every active (waiting or running) job
-    running: tuple[JobView, ...]  # in admission order
+    running: Sequence[JobView]  # in admission order (a tuple, or `RunningJobs`)
     # Every running job stays on its GPUs this cycle (the policy said so: `running_stays`); the
     # placement already has them there, and the policy places waiting jobs only.
     in_place: bool = False

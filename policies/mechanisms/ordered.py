@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
 
@@ -12,6 +13,7 @@ from policies.base import (
     JobView,
     Plan,
     Policy,
+    RunningJobs,
     Snapshot,
     Stream,
     greedy_fill,
@@ -20,6 +22,7 @@ from policies.base import (
 from schemas.status import Status
 
 Key = tuple[Any, ...]
+_RETAKES = 64  # at most so many running jobs' keys taken again per check (a bound either way)
 
 
 class OrderedPolicy(Policy):
@@ -36,17 +39,29 @@ class OrderedPolicy(Policy):
     (`plan_in_place`): the full walk would have placed each of them on the same free GPUs
     (placement never counts a held GPU as room for a job that displaces nobody) and then
     re-placed every running job where it is.
+
+    Where a running job's key never rises while it runs (`keys_fall`), the rank of the last
+    running job comes from the keys as last taken, which bound the true ones from above: only
+    the last is taken again (until it stands), so the check reads few running jobs' views.
     """
 
     tries_in_place = True
+    # Whether a running job's key can only fall or stay while it runs and nothing reports on
+    # it (remaining time only shrinks): then a key taken earlier is an upper bound.
+    keys_fall: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._buckets: dict[int, SortedList] = {}  # GPU count → sorted (key, job_id)
         self._wkey: dict[str, tuple[Key, int]] = {}
         self._last: Plan | None = None
         # The running jobs' ranks (unsorted) and the last of them, for one snapshot's jobs.
-        self._running: tuple[tuple[JobView, ...], list[tuple[Key, str]],
+        self._running: tuple[Sequence[JobView], list[tuple[Key, str]],
                              tuple[Key, str] | None] | None = None
+        # With `keys_fall`: every running job's key as last taken (None: to be taken, as for
+        # a job that started since), those taken, sorted, and those to be taken.
+        self._taken: dict[str, Key | None] = {}
+        self._bounds: SortedList = SortedList()
+        self._untaken: set[str] = set()
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -55,16 +70,26 @@ class OrderedPolicy(Policy):
         self._enqueue(job, self.key(job))
 
     def job_removed(self, job_id: str) -> None:
+        self._unqueue(job_id)
+        self._untake(job_id)
+
+    def _unqueue(self, job_id: str) -> None:
+        """Out of the waiting index (if in it)."""
         entry = self._wkey.pop(job_id, None)
         if entry is not None:
             k, gpus = entry
             self._buckets[gpus].remove((k, job_id))
 
     def job_requeued(self, job: JobView) -> None:
+        self._untake(job.job_id)
         self._enqueue(job, self.key(job))  # as `settle` does for a job preempted in a cycle
 
     def job_running(self, job: JobView) -> None:
-        OrderedPolicy.job_removed(self, job.job_id)  # out of the waiting index, as a start
+        OrderedPolicy._unqueue(self, job.job_id)  # out of the waiting index, as a start
+        if self.keys_fall:
+            self._untake(job.job_id)
+            self._taken[job.job_id] = None
+            self._untaken.add(job.job_id)
 
     def _enqueue(self, job: JobView, k: Key) -> None:
         self._wkey[job.job_id] = (k, job.gpus)
@@ -89,12 +114,49 @@ class OrderedPolicy(Policy):
         return self._ranked(snap)[1]
 
     def _worst(self, snap: Snapshot) -> tuple[Key, str]:
-        """The last running job's rank (there is one), once per snapshot."""
+        """The last running job's rank (there is one), once per snapshot; with `keys_fall`,
+        a rank no better than it (see class docstring), which is all the checks need."""
+        if self.keys_fall and isinstance(snap.running, RunningJobs):
+            return self._bound(snap, snap.running)
         worst = self._ranked(snap)[2]
         assert worst is not None
         return worst
 
-    def _ranked(self, snap: Snapshot) -> tuple[tuple[JobView, ...], list[tuple[Key, str]],
+    def _bound(self, snap: Snapshot, running: RunningJobs) -> tuple[Key, str]:
+        taken, bounds = self._taken, self._bounds
+        if taken.keys() != running.ids:  # not told of every start or end (a new policy)
+            taken.clear()
+            bounds.clear()
+            self._untaken = set(running.ids)
+            taken.update(dict.fromkeys(running.ids))
+        jobs = snap.jobs
+        for job_id in [*self._untaken, *running.reported]:
+            self._take(job_id, self.key(jobs[job_id]))
+        for _ in range(_RETAKES):  # the last one again, until it stands
+            k, job_id = bounds[-1]
+            now = self.key(jobs[job_id])
+            if now == k:
+                break
+            self._take(job_id, now)
+        worst: tuple[Key, str] = bounds[-1]
+        return worst
+
+    def _take(self, job_id: str, k: Key) -> None:
+        old = self._taken.get(job_id)
+        if old is not None:
+            self._bounds.remove((old, job_id))
+        self._taken[job_id] = k
+        self._bounds.add((k, job_id))
+        self._untaken.discard(job_id)
+
+    def _untake(self, job_id: str) -> None:
+        if job_id in self._taken:
+            old = self._taken.pop(job_id)
+            if old is not None:
+                self._bounds.remove((old, job_id))
+            self._untaken.discard(job_id)
+
+    def _ranked(self, snap: Snapshot) -> tuple[Sequence[JobView], list[tuple[Key, str]],
                                                tuple[Key, str] | None]:
         cached = self._running
         if cached is None or cached[0] is not snap.running:
@@ -146,11 +208,29 @@ class OrderedPolicy(Policy):
     def settle(self, snap: Snapshot, plan: Plan, running: list[tuple[Key, str]]) -> None:
         """Move started jobs out of the waiting index and preempted ones into it."""
         for jid in plan.run:
-            self.job_removed(jid)
+            self._unqueue(jid)
         for _, jid in running:
             if jid not in plan.run:
                 job = snap.jobs[jid]
                 self._enqueue(job, self.key(job))
+        if self.keys_fall:
+            self._keep_taken(plan, running)
+
+    def _keep_taken(self, plan: Plan, running: list[tuple[Key, str]]) -> None:
+        """The running jobs' keys after a plan: a full walk took every running job's key,
+        and the jobs that start have theirs taken at the next check (a job's first estimate
+        starts from its last report, which its waiting key may not know)."""
+        taken = self._taken
+        if not plan.stay:
+            taken.clear()
+            self._untaken.clear()
+            kept = [(k, jid) for k, jid in running if jid in plan.run]
+            taken.update((jid, k) for k, jid in kept)
+            self._bounds = SortedList(kept)
+        for jid in plan.run:
+            if jid not in taken:
+                taken[jid] = None
+                self._untaken.add(jid)
 
     def queue_position(self, job_id: str) -> int | None:
         """1-based rank among waiting jobs (what `loom status` shows)."""

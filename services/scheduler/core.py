@@ -25,14 +25,14 @@ the queues' status (`queue_status`, likewise).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from domain import causes
 from domain.placement import CyclePlacement, Scheme
 from domain.topology import Topology
-from policies.base import JobView, Plan, Policy, Snapshot
+from policies.base import JobView, Plan, Policy, RunningJobs, Snapshot
 from policies.mechanisms.admission import TenantGate
 from policies.mechanisms.queue_layer import AdmissionStep, replans_in_the_round
 from policies.mechanisms.queues import QueueGate
@@ -51,7 +51,6 @@ from schemas.events import (
     OperatorCommand,
     PlanDecided,
     Stop,
-    gpu_count,
 )
 from schemas.job import JobState, SubmitJob
 from schemas.queue_status import QueueStatus
@@ -81,6 +80,7 @@ from services.scheduler.estimate import launch_progress
 from services.scheduler.in_place import open_cycle
 from services.scheduler.jobs import JobRecord, JobTable
 from services.scheduler.liveness import NodeFaults, launch_key, lost_key, retry_key
+from services.scheduler.views import ActiveViews
 
 NAME = "scheduler"
 
@@ -94,7 +94,8 @@ class SchedulerCore(CoreDefaults):
         self.policy = policy
         self.config = config
         self.jobs = JobTable()
-        self.views: dict[str, JobView] = {}  # what the policy sees: active jobs not held back
+        self.views = ActiveViews(self.jobs.running)  # what the policy sees: active jobs not
+        # held back
         self.gpu_types = set(cluster.gpus_by_type)
         self.cycle = 0
         # The timers it has set, by when they fire (None: not set): what a forecast of its
@@ -195,12 +196,13 @@ class SchedulerCore(CoreDefaults):
 
     def show(self, rec: JobRecord) -> None:
         """Put a job (back) in the policy's sight: admitted, retried, resumed."""
-        view = self.views[rec.spec.job_id] = rec.view()
+        view = rec.view()
+        self.views.set(rec.spec.job_id, view)
         self.policy.job_added(view)
 
     def hide(self, job_id: str) -> None:
         """Take a job out of the policy's sight."""
-        del self.views[job_id]
+        self.views.drop(job_id)
         self.policy.job_removed(job_id)
 
     def end_run(self, rec: JobRecord, iterations_done: float, now: float) -> None:
@@ -298,22 +300,15 @@ class SchedulerCore(CoreDefaults):
         return effects
 
     def _plan(self, now: float) -> list[Effect]:
-        self.jobs.pack_ended()
-        running_views = []
-        # Admission order, not start order: policies that visit running jobs one by one (e.g.
-        # Tiresias demotions) must not depend on when a job last resumed.
+        jobs = self.jobs
+        jobs.pack_ended()
+        for rec in jobs.running.values():
+            rec.account(now, rec.run.per_event_s)  # type: ignore[union-attr]  # runs have one
         views = self.views
-        for rec in self.jobs.running_in_order():
-            assert rec.run is not None
-            rec.account(now, rec.run.per_event_s)
-            view = views[rec.spec.job_id] = rec.view()
-            running_views.append(view)
-        snap = Snapshot(
-            now=now,
-            cluster=self.cluster,
-            jobs=MappingProxyType(self.views),
-            running=tuple(running_views),
-        )
+        views.outdate()
+        running = RunningJobs(jobs.running.keys(), self._running_views, jobs.take_reported())
+        snap = Snapshot(now=now, cluster=self.cluster, jobs=MappingProxyType(views),
+                        running=running)
         scheme = self.config.placement or self.policy.placement
         snap, fit, plan = open_cycle(
             self.policy, snap, scheme != "yarn" and self.config.tenants is None,
@@ -323,7 +318,14 @@ class SchedulerCore(CoreDefaults):
         elif plan is None:
             plan = self.policy.plan(snap, fit)
         self.last_plan = plan
+        running.close()  # read while planning, or never: `_apply` changes what runs
         return self._apply(plan, now)
+
+    def _running_views(self) -> tuple[JobView, ...]:
+        # Admission order, not start order: policies that visit running jobs one by one (e.g.
+        # Tiresias demotions) must not depend on when a job last resumed.
+        views = self.views
+        return tuple(views[rec.spec.job_id] for rec in self.jobs.running_in_order())
 
     def _placement(self, scheme: Scheme, in_place: bool) -> CyclePlacement:
         """This cycle's placement state: the last cycle's, told which jobs started, stopped or
@@ -371,7 +373,7 @@ class SchedulerCore(CoreDefaults):
             lender = None if self.tenancy is None else self.tenancy.reclaimed.get(jid)
             cause = causes.PREEMPTED if lender is None else causes.reclaimed(lender)
             transitions.append(self.transition(rec, JobState.PREEMPTED, cause, now))
-            self.views[jid] = rec.view()
+            self.views.set(jid, rec.view())
         groups = plan.groups
         for jid, slots in plan.run.items():
             rec = running.get(jid) or self.jobs[jid]
@@ -394,10 +396,10 @@ class SchedulerCore(CoreDefaults):
                                    adaptive_batch=self._adaptive_batch))
             transitions.append(self.transition(rec, JobState.RUNNING, cause, now))
             transitions += faults.await_start(self, rec, now)
-            self.views[jid] = rec.view()
+            self.views.set(jid, rec.view())
         effects: list[Effect] = []
         if stops or launches:
-            effects.append(self.plan_out(stops, launches, busy_gpus=busy_gpus(running)))
+            effects.append(self.plan_out(stops, launches, busy_gpus=self.jobs.busy_gpus()))
         effects += transitions
         if self.config.replan != "round":
             # Always re-arm or clear: a stale wake-up would add a cycle the policy did not ask for.
@@ -418,8 +420,8 @@ class SchedulerCore(CoreDefaults):
         """Start the progress estimate of a job launched at `now` as the node agent will run
         it (see module docstring); also used when a recovering scheduler rebuilds its state."""
         rec.place(slots)
-        self.jobs.moved(rec.spec.job_id)
         rec.group = group
+        self.jobs.placed(rec)
         rec.accounted_at = now
         rec.reported = rec.iterations_done
         members = [self.jobs[j].spec for j in group if j in self.jobs]
@@ -427,14 +429,3 @@ class SchedulerCore(CoreDefaults):
                                   self.topology.type_of.get(slots[0][0]), self.config.overhead,
                                   self.config.profile, self._adaptive_batch, now)
 
-
-def busy_gpus(running: Mapping[str, JobRecord]) -> int:
-    """GPUs the running jobs hold, each counted once: only a co-located group's members share
-    GPUs (a job alone has its own), so only theirs need a set."""
-    alone, shared = 0, set[tuple[str, int]]()
-    for rec in running.values():
-        if rec.group:
-            shared.update((node, i) for node, gpus in rec.placement for i in gpus)
-        else:
-            alone += gpu_count(rec.placement)
-    return alone + len(shared)

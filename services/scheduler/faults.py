@@ -121,7 +121,8 @@ def requeue_node(core: SchedulerCore, node: str, why: str, now: float) -> list[E
                                            causes.requeued(node, why), now))
         # Preempted between cycles: the policy keeps what it knows of the job (its queue, its
         # admission) and sees it wait again.
-        view = core.views[jid] = rec.view()
+        view = rec.view()
+        core.views.set(jid, view)
         core.policy.job_requeued(view)
     return [core.plan_out(stops=stops), *transitions, *core.request_cycle(now, f"node-{why}")]
 

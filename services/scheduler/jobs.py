@@ -135,6 +135,13 @@ class JobTable(Mapping[str, JobRecord]):
         self._ended: list[str] = []  # jobs that ended since their records were last packed
         self.running: dict[str, JobRecord] = {}  # change it through the methods below
         self._moves: set[str] = set()  # jobs that started, stopped or moved since asked
+        self._reported: set[str] = set()  # running jobs a node reported progress for, since
+        # asked (a report replaces the estimate)
+        # GPUs the running jobs hold, each counted once (`busy_gpus`): those of jobs alone,
+        # by job and in all, and the jobs that share GPUs (whose GPUs need a set).
+        self._alone: dict[str, int] = {}
+        self._alone_gpus = 0
+        self._sharing: dict[str, JobRecord] = {}
         self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
         self._waiting: Counter[str] = Counter()  # queued or preempted jobs, by tenant
 
@@ -176,11 +183,41 @@ class JobTable(Mapping[str, JobRecord]):
 
     def clear_running(self, job_id: str) -> JobRecord:
         self._moves.add(job_id)
+        self._uncount(job_id)
         return self.running.pop(job_id)
 
-    def moved(self, job_id: str) -> None:
-        """A running job was placed anew (launched or migrated)."""
+    def placed(self, rec: JobRecord) -> None:
+        """A running job was placed anew (launched or migrated), with its group."""
+        job_id = rec.spec.job_id
         self._moves.add(job_id)
+        self._uncount(job_id)
+        if rec.group:
+            self._sharing[job_id] = rec
+        else:
+            gpus = self._alone[job_id] = gpu_count(rec.placement)
+            self._alone_gpus += gpus
+
+    def _uncount(self, job_id: str) -> None:
+        self._alone_gpus -= self._alone.pop(job_id, 0)
+        self._sharing.pop(job_id, None)
+
+    def busy_gpus(self) -> int:
+        """GPUs the running jobs hold, each counted once: only a co-located group's members
+        share GPUs (a job alone has its own), so only theirs need a set."""
+        shared = {(node, i) for rec in self._sharing.values()
+                  for node, gpus in rec.placement for i in gpus}
+        return self._alone_gpus + len(shared)
+
+    def reported(self, job_id: str) -> None:
+        """A node reported a running job's progress (it may set the estimate back)."""
+        self._reported.add(job_id)
+
+    def take_reported(self) -> frozenset[str]:
+        """The running jobs reported on since the last call."""
+        if not self._reported:
+            return frozenset()
+        reported, self._reported = frozenset(self._reported & self.running.keys()), set()
+        return reported
 
     def take_moves(self) -> set[str]:
         """The jobs that started, stopped or moved since the last call (the placement state

@@ -74,9 +74,11 @@ def on_status(core: SchedulerCore, msg: NodeStatus) -> list[Effect]:
     for job_id, done in msg.progress.items():
         rec = core.jobs[job_id]
         if rec.state is not None and not rec.state.terminal:
-            rec.iterations_done = rec.reported = done
-            if rec.run is not None:
+            if rec.run is not None:  # running again (moved): its view stands till the next
+                core.views.freeze(job_id)  # cycle, which the policy is told of (may rise)
+                core.jobs.reported(job_id)
                 rec.run.remaining = rec.spec.iterations - done
+            rec.iterations_done = rec.reported = done
             rec.confirmed = rec.confirmed or rec.on_node(msg.node_id)
     return []
 

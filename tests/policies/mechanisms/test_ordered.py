@@ -7,12 +7,17 @@ srsf = remaining time × GPUs; ties by submit time, then job id. Lower runs firs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import pytest
 
+import policies
+from domain.placement import CyclePlacement
+from policies.base import JobView, RunningJobs, Snapshot
+from policies.mechanisms.ordered import OrderedPolicy
 from schemas.job import JobSpec
 from schemas.status import StatusCode
-from tests.builders import cluster, make_job
+from tests.builders import cluster, make_job, view
 from tests.policies.driver import Driver
 
 ORDERED = ("fifo", "srtf", "srsf")
@@ -285,3 +290,45 @@ def test_running_jobs_stay_only_while_every_waiting_job_ranks_after_them(
     assert d.running == {j.job_id for j in running}
     d.add(*waiting)
     assert d.policy.running_stays(d.snapshot()) is stays
+
+
+# --------------------------------------------------------------------------------------------
+# the last running job's rank, bounded (`OrderedPolicy.keys_fall`)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("reported", "stays"), [
+    pytest.param(frozenset({"a"}), False, id="a-report-is-taken-again"),
+    pytest.param(frozenset(), True, id="unreported-the-old-key-stands"),
+])
+def test_a_running_job_set_back_by_a_report_is_ranked_anew(reported: frozenset[str],
+                                                           stays: bool) -> None:
+    """a (200 s, half done) and b (120 s) run on the only 4 GPUs. A node's report then sets
+    a back to 180 s left, behind c (150 s, waiting): c now ranks ahead of a running job, so
+    the cycle cannot be planned in place. Only the report says so: the keys taken at the last
+    check put b (120 s) last, and b's key still stands."""
+    a, b, c = J("a", 2, 200), J("b", 2, 120), J("c", 2, 150)
+    policy = policies.make("srtf")
+    assert isinstance(policy, OrderedPolicy) and policy.keys_fall
+    first = {"a": view(a, False, a.iterations / 2), "b": view(b)}
+    for v in first.values():
+        policy.job_added(v)
+    fit = CyclePlacement(cluster(1, 4), "consolidated", {})
+    assert set(policy.plan(_snapshot(first, []), fit).run) == {"a", "b"}
+    d = J("d", 2, 1000)  # waits behind both: their keys are taken (100 s, 120 s)
+    policy.job_added(view(d))
+    running = {"a": view(a, True, a.iterations / 2), "b": view(b, True), "d": view(d)}
+    assert policy.running_stays(_snapshot(running, ["a", "b"]))
+    policy.job_added(view(c))
+    back = a.iterations * 0.1  # 180 of 200 s left
+    later = {**running, "a": view(a, True, back), "c": view(c)}
+    assert later["a"].remaining_s == pytest.approx(180.0)
+    snap = _snapshot(later, ["a", "b"], reported)
+    assert policy.running_stays(snap) is stays
+
+
+def _snapshot(views: dict[str, JobView], running: list[str],
+              reported: frozenset[str] = frozenset()) -> Snapshot:
+    """A cycle's snapshot as the scheduler makes it: running jobs' views made when read."""
+    made = RunningJobs(dict.fromkeys(running).keys(),
+                       lambda: tuple(views[j] for j in running), reported)
+    return Snapshot(0.0, cluster(1, 4), MappingProxyType(views), made)

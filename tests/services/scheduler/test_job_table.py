@@ -102,3 +102,28 @@ def test_any_spec_survives_packing(iterations: int, step: float, submit: float, 
     _finished(table, spec)
     table.pack_ended()
     assert table["j"].spec == spec
+
+
+@pytest.mark.parametrize(("groups", "busy"), [
+    pytest.param({"a": (), "b": ()}, 4, id="alone"),
+    pytest.param({"a": ("a", "b"), "b": ("a", "b")}, 2, id="sharing-the-same-gpus"),
+    pytest.param({"a": ("a", "b"), "b": ()}, 4, id="one-group-one-alone"),
+])
+def test_busy_gpus_count_each_gpu_once(groups: dict[str, tuple[str, ...]], busy: int) -> None:
+    """Two 2-GPU jobs; a co-located pair shares one set of GPUs. A job that stops or moves
+    is counted anew."""
+    table = JobTable()
+    for jid, group in groups.items():
+        rec = table.add(make_job(jid).gpus(2).build(), 0.0)
+        rec.place((("n0", (0, 1) if group or jid == "a" else (2, 3)),))
+        rec.group = group
+        table.set_running(rec)
+        table.placed(rec)
+    assert table.busy_gpus() == busy
+    b = table["b"]
+    b.place((("n1", (0, 1)),))
+    b.group = ()
+    table.placed(b)  # moved alone to another node
+    assert table.busy_gpus() == 4
+    table.clear_running("a")
+    assert table.busy_gpus() == 2

@@ -1,0 +1,78 @@
+"""What the policy sees of the active jobs: one view each, a running job's made when first read
+after the cycle that accounted it.
+
+A running job's progress is accounted at every cycle, so its view changes every cycle. Made
+for every running job at every cycle, views were a sixth of a 10,000-GPU run; most cycles read
+few of them (an in-place cycle reads none). A view made late holds what the eager one would:
+the record changes only where its view is set or frozen first (`set`, `freeze`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+
+from policies.base import JobView
+from services.scheduler.jobs import JobRecord
+
+
+class ActiveViews(Mapping[str, JobView]):
+    """Views by job id (admission order): every active job not held back."""
+
+    __slots__ = ("_fresh", "_running", "_views")
+
+    def __init__(self, running: Mapping[str, JobRecord]) -> None:
+        self._views: dict[str, JobView] = {}
+        self._running = running  # the job table's running records (read only)
+        self._fresh: set[str] = set()  # running jobs whose view is up to date
+
+    def __getitem__(self, job_id: str) -> JobView:
+        view = self._views[job_id]
+        if job_id in self._fresh:
+            return view
+        rec = self._running.get(job_id)
+        if rec is None:
+            return view
+        view = self._views[job_id] = rec.view()
+        self._fresh.add(job_id)
+        return view
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._views
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._views)
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def values(self) -> ValuesView[JobView]:
+        self._refresh()
+        return self._views.values()
+
+    def items(self) -> ItemsView[str, JobView]:
+        self._refresh()
+        return self._views.items()
+
+    def set(self, job_id: str, view: JobView) -> None:
+        """A job's view, made now from its record (shown, started, stopped)."""
+        self._views[job_id] = view
+        self._fresh.add(job_id)
+
+    def drop(self, job_id: str) -> None:
+        del self._views[job_id]
+        self._fresh.discard(job_id)
+
+    def outdate(self) -> None:
+        """Every running job was accounted anew (a cycle): its view is made when next read."""
+        self._fresh = set()
+
+    def freeze(self, job_id: str) -> None:
+        """Make a running job's view now, before its record changes outside a cycle (a
+        node's report), so the policy sees what it would have seen."""
+        if job_id in self._views:
+            self.__getitem__(job_id)
+
+    def _refresh(self) -> None:
+        for job_id in self._running:
+            if job_id not in self._fresh and job_id in self._views:
+                self.__getitem__(job_id)
