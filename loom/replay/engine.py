@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from services.runtime.effects import (
     CancelTimer,
     Effect,
     Publish,
+    ReserveOrder,
     SetTimer,
     SetTimers,
 )
@@ -203,7 +203,8 @@ class CoreReplay:
         self.undecodable = 0  # inputs the bus dead-lettered in the run, skipped likewise
         self._heap: list[_Timer] = []
         self._timers: dict[Hashable, _Timer] = {}
-        self._order = itertools.count()
+        self._order = 0  # timers set (their order at one instant), with places reserved
+        self._reserved = 0  # the place before the block last reserved (`ReserveOrder`)
 
     def accepts(self, subject: str) -> bool:
         return any(subjects.matches(s.subject, subject) for s in self.subs)
@@ -282,11 +283,19 @@ class CoreReplay:
             elif isinstance(eff, SetTimers):  # many re-arms in one effect: set in order
                 self._apply([SetTimer(key, when, eff.priority) for key, when in eff.timers],
                             cause, at, index)
+            elif isinstance(eff, ReserveOrder):
+                self._reserved = self._order
+                self._order += eff.count
             elif isinstance(eff, SetTimer):
                 old = self._timers.pop(eff.key, None)
                 if old is not None:
                     old.live = False
-                timer = _Timer(max(eff.at, at), eff.priority, next(self._order), eff.key, index)
+                if eff.order is None:
+                    self._order += 1
+                    order = self._order
+                else:
+                    order = self._reserved + 1 + eff.order
+                timer = _Timer(max(eff.at, at), eff.priority, order, eff.key, index)
                 self._timers[eff.key] = timer
                 heapq.heappush(self._heap, timer)
             elif isinstance(eff, CancelTimer):

@@ -9,6 +9,13 @@ running job's interval (charging the model's per-event cost) and re-arms the job
 timer: completion = now + remaining iterations × iteration time, as the Muri and Tiresias
 simulators predict it. When it stops a job it reports the progress the job had reached.
 
+It does so lazily, with the same arithmetic in the same order: a cycle is logged (and the
+places its re-arms would take among same-instant work reserved), and a run is charged the
+cycles logged since it was last charged when its timer comes up (a cycle only moves a finish
+later), when it stops, or every `CATCH_UP_CYCLES` cycles (which bounds the log). A timer that
+comes up early is set again where the last cycle would have put it (`SetTimer.order`), so
+runs that finish at one instant finish in the order eager re-arms gave them.
+
 A job that replays a trace's failures (`JobSpec.fail_at`) fails on cue: its timer is set to
 the earlier of its next unreached failure mark and its end, and at a mark the node reports the
 run failed there, a recorded failure (for good at a mark equal to its iterations).
@@ -43,6 +50,7 @@ from services.runtime.effects import (
     CancelTimer,
     Effect,
     Publish,
+    ReserveOrder,
     SetTimer,
     SetTimers,
 )
@@ -51,6 +59,10 @@ from services.runtime.service import CoreDefaults, Recorded, Subscribe
 
 log = get_logger("loom.nodeagent")
 
+# Cycles a node logs before it charges every run and re-arms its timer: the log's bound. Most
+# runs end or stop before; the rest pay one re-arm per so many cycles, not one per cycle.
+CATCH_UP_CYCLES = 64
+
 
 @dataclass(slots=True)
 class _Run:
@@ -58,10 +70,16 @@ class _Run:
     leader: bool
     progress: RunProgress
     fail_at: float | None = None  # the recorded failure mark this run ends at (None: none)
-    key: tuple[str, str] = field(init=False)  # its finish timer's, made once: set every cycle
+    synced: int = 0  # the node's cycles charged to it, counted from the node's first
+    key: tuple[str, str] = field(init=False)  # its finish timer's, made once
 
     def __post_init__(self) -> None:
         self.key = ("finish", self.spec.job_id)
+
+    @property
+    def charged(self) -> bool:
+        """Whether cycles cost it time (it leads its job, and the model charges events)."""
+        return self.leader and bool(self.progress.per_event_s)
 
     def advance(self, now: float, interrupted: bool) -> None:
         self.progress.advance(now, self.progress.per_event_s if interrupted else 0.0)
@@ -106,7 +124,11 @@ class SimNodeCore(CoreDefaults):
         self.overhead = overhead
         self.jobs: dict[str, _Run] = {}
         self._charged: set[str] = set()  # jobs it leads that every cycle costs time
+        self._order: tuple[str, ...] = ()  # those, in the order a cycle re-arms them
         self._cycles = Interest()  # on while `_charged` is not empty
+        self._log: list[float] = []  # the cycles not yet charged to every run, by time
+        self._seen = 0  # cycles logged so far (the log's end, as a count)
+        self._last_order: tuple[str, ...] = ()  # `_order` at the last cycle logged
         self.gate = CommandGate()  # re-delivered and deposed-leader commands change nothing
 
     def _on(self, kind: str) -> str:
@@ -129,6 +151,9 @@ class SimNodeCore(CoreDefaults):
             self._charged.add(job_id)
         else:
             self._charged.discard(job_id)
+        self._order = tuple(j for j in self.jobs if j in self._charged)
+        if not self._order:
+            self._log.clear()  # every run was charged every cycle it saw
         self._cycles.set(bool(self._charged))
 
     def history_subjects(self) -> Sequence[str]:
@@ -156,6 +181,7 @@ class SimNodeCore(CoreDefaults):
         effects: list[Effect] = []
         for run in self.jobs.values():
             if run.leader:
+                self._catch_up(run)
                 run.advance(now, interrupted=False)
                 effects.append(run.finish_timer(now))
         log.info("node agent rebuilt", node=node, jobs=len(self.jobs))
@@ -172,9 +198,15 @@ class SimNodeCore(CoreDefaults):
 
     def on_timer(self, key: Hashable, now: float) -> list[Effect]:
         assert isinstance(key, tuple) and key[0] == "finish"
-        run = self._drop(key[1])
+        run = self.jobs.get(key[1])
         if run is None:
             raise KeyError(key)  # a finish timer outlives its run only by a bug
+        if run.synced < self._seen and run.charged:
+            # Cycles since it was last charged moved its finish on: set where the last one
+            # would have set it.
+            at = self._catch_up(run)
+            return [SetTimer(run.key, at, PRIORITY_INPUT, self._last_order.index(key[1]))]
+        self._drop(key[1])
         ended = run.ended(self.node.node_id)
         if ended.failure is None:  # done for good; a recorded failure's job runs again
             self.gate.finish(key[1])
@@ -186,21 +218,41 @@ class SimNodeCore(CoreDefaults):
         return self.jobs.pop(job_id, None)
 
     def _on_cycle(self, now: float) -> list[Effect]:
-        # Every charged run's interval closes and its finish timer moves, all in one effect
-        # (on 2,560 GPUs, some 330 timers a cycle from 180 nodes).
-        timers: list[tuple[Hashable, float]] = []
-        for run in self.jobs.values():
-            progress = run.progress
-            # Without a per-event charge nothing changes: the finish timer stands.
-            if run.leader and progress.per_event_s:
-                timers.append((run.key, progress.advance_to_finish(now, progress.per_event_s,
-                                                                   run.fail_at)))
-        return [SetTimers(timers, PRIORITY_INPUT)] if timers else []
+        # Every charged run's interval closes and its finish timer moves (see the module
+        # docstring): logged, with the places of the re-arms reserved, or all caught up.
+        order = self._order
+        if not order:  # without a per-event charge nothing changes: the timers stand
+            return []
+        self._log.append(now)
+        self._seen += 1
+        self._last_order = order
+        if len(self._log) < CATCH_UP_CYCLES:
+            return [ReserveOrder(len(order))]
+        runs = [self.jobs[j] for j in order]
+        timers: list[tuple[Hashable, float]] = [(run.key, self._catch_up(run)) for run in runs]
+        self._log.clear()
+        return [SetTimers(timers, PRIORITY_INPUT)]
+
+    def _catch_up(self, run: _Run) -> float:
+        """Charge a run the cycles logged since it was last charged, each at its time, as
+        each would have at its cycle; its finish as the last of them would have set it (with
+        none, as of its last charge)."""
+        cycles = self._log
+        progress = run.progress
+        if run.synced < self._seen and run.charged:
+            lost = progress.per_event_s
+            for i in range(len(cycles) - (self._seen - run.synced), len(cycles)):
+                progress.advance(cycles[i], lost)
+            run.synced = self._seen
+        return progress.finish_at(progress.at, run.fail_at)
 
     def _on_command(self, cmd: NodeCommand, now: float) -> list[Effect]:
         effects: list[Effect] = []
         stopped: dict[str, float] = {}
         for stop in cmd.stops:
+            run = self.jobs.get(stop.job_id)
+            if run is not None:
+                self._catch_up(run)
             run = self._drop(stop.job_id)
             if run is not None and run.leader:
                 run.advance(now, interrupted=False)
@@ -235,7 +287,7 @@ class SimNodeCore(CoreDefaults):
             per_event_s=self.overhead.per_event(spec),
             segments=progress_segments(spec, launch.placement, launch.adaptive_batch,
                                        launch.iterations_done) if leader else None,
-        ), fail_at=next_mark(spec, launch.iterations_done))
+        ), fail_at=next_mark(spec, launch.iterations_done), synced=self._seen)
         self.jobs[spec.job_id] = run
         self._charge(spec.job_id, False)  # until its rates say otherwise
         return run

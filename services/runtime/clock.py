@@ -19,10 +19,19 @@ class TimerHandle(Protocol):
 class Clock(Protocol):
     def now(self) -> float: ...
 
-    def call_at(self, when: float, priority: int, callback: Callback) -> TimerHandle: ...
+    def call_at(self, when: float, priority: int, callback: Callback,
+                seq: int | None = None) -> TimerHandle:
+        """Call back at `when`; `seq`: a place `reserve` handed out (kept where time
+        orders same-instant work: virtual time)."""
+        ...
 
     def move(self, handle: TimerHandle, when: float, priority: int) -> TimerHandle:
         """Re-time a pending timer, with its callback (as if cancelled and set again)."""
+        ...
+
+    def reserve(self, count: int) -> int:
+        """The last place before `count` places reserved in the order of same-instant
+        work (0 where nothing orders it: wall time)."""
         ...
 
 
@@ -35,8 +44,12 @@ class VirtualClock:
     def now(self) -> float:
         return self.kernel.now
 
-    def call_at(self, when: float, priority: int, callback: Callback) -> Entry:
-        return self.kernel.schedule(max(when, self.kernel.now), priority, callback)
+    def call_at(self, when: float, priority: int, callback: Callback,
+                seq: int | None = None) -> Entry:
+        return self.kernel.schedule(max(when, self.kernel.now), priority, callback, seq)
+
+    def reserve(self, count: int) -> int:
+        return self.kernel.reserve(count)
 
     def move(self, handle: TimerHandle, when: float, priority: int) -> TimerHandle:
         assert type(handle) is Entry
@@ -73,7 +86,11 @@ class WallClock:
     def now(self) -> float:
         return self._epoch + (time.time() - self._t0) * self._scale
 
-    def call_at(self, when: float, priority: int, callback: Callback) -> _WallTimer:
+    def reserve(self, count: int) -> int:
+        return 0  # the event loop runs due callbacks in the order they became due
+
+    def call_at(self, when: float, priority: int, callback: Callback,
+                seq: int | None = None) -> _WallTimer:
         loop = asyncio.get_running_loop()
         delay = max(0.0, (when - self.now()) / self._scale)
         handle = loop.call_later(delay, lambda: loop.create_task(callback()))

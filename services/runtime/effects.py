@@ -21,11 +21,25 @@ class Publish:
 
 @dataclass(frozen=True, slots=True)
 class SetTimer:
-    """Fire `on_timer(key)` at `at`; setting an existing key moves that timer."""
+    """Fire `on_timer(key)` at `at`; setting an existing key moves that timer.
+
+    With `order`: the timer takes the `order`-th place (from 0) of the block its core last
+    reserved (`ReserveOrder`) among work at the same instant and priority, as if set when the
+    block was reserved. A core that re-arms lazily what it would have re-armed then (a node
+    at each cycle) keeps the order the eager re-arms had."""
 
     key: Hashable
     at: float
     priority: int = PRIORITY_INPUT
+    order: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveOrder:
+    """Reserve the next `count` places in the order of same-instant work (each timer set
+    takes one): the places `count` timers set now would take, for `SetTimer.order` later."""
+
+    count: int
 
 
 # Not frozen: every node makes one at every cycle, and a frozen __init__ costs three times more.
@@ -49,4 +63,4 @@ class LocalEffect:
     any other shell refuses them."""
 
 
-Effect = Publish | SetTimer | SetTimers | CancelTimer | LocalEffect
+Effect = Publish | SetTimer | SetTimers | ReserveOrder | CancelTimer | LocalEffect

@@ -36,13 +36,25 @@ class SimKernel:
         self._seq = 0
         self.steps = 0
 
-    def schedule(self, when: float, priority: int, action: Action) -> Entry:
+    def schedule(self, when: float, priority: int, action: Action,
+                 seq: int | None = None) -> Entry:
+        """Run `action` at `when`, after the work of that instant and priority scheduled
+        before it; with `seq` (one `reserve` handed out), in the place it reserved."""
         if when < self.now:
             raise ValueError(f"cannot schedule in the past: {when} < now {self.now}")
-        self._seq += 1
-        entry = Entry(when, priority, self._seq, action)
-        heapq.heappush(self._heap, (when, priority, self._seq, entry))
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
+        entry = Entry(when, priority, seq, action)
+        heapq.heappush(self._heap, (when, priority, seq, entry))
         return entry
+
+    def reserve(self, count: int) -> int:
+        """Hand out the next `count` places in the order (the sequence numbers `count`
+        schedules made now would take): those after the returned number."""
+        base = self._seq
+        self._seq += count
+        return base
 
     def reschedule(self, entry: Entry, when: float, priority: int) -> Entry:
         """Move a pending entry; it then runs exactly as a freshly scheduled one would.

@@ -18,7 +18,14 @@ from schemas.codec import encode
 from schemas.events import DeadLetter, Envelope, envelope
 from services.runtime.bus import Bus, Decoder, Wants, decode_any
 from services.runtime.clock import Clock, TimerHandle
-from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer, SetTimers
+from services.runtime.effects import (
+    CancelTimer,
+    Effect,
+    Publish,
+    ReserveOrder,
+    SetTimer,
+    SetTimers,
+)
 from services.runtime.logging import get_logger
 
 
@@ -103,6 +110,7 @@ class Shell:
         self._prefix = f"{run_id}.{core.name}."
         self._n = 0
         self._timers: dict[Hashable, TimerHandle] = {}
+        self._reserved = 0  # the place before the block of order its core last reserved
         self.log = get_logger(f"loom.{core.name}")
         self.errors = 0
 
@@ -157,15 +165,29 @@ class Shell:
             if type(eff) is Publish:
                 await self.bus.publish(eff.subject, self._wrap(eff.body, eff.event_id, cause))
             elif type(eff) is SetTimer:
-                self._set_timers(((eff.key, eff.at),), eff.priority)
+                if eff.order is None:
+                    self._set_timers(((eff.key, eff.at),), eff.priority)
+                else:
+                    self._set_in_place(eff)
             elif type(eff) is SetTimers:
                 self._set_timers(eff.timers, eff.priority)
+            elif type(eff) is ReserveOrder:
+                self._reserved = self.clock.reserve(eff.count)
             elif type(eff) is CancelTimer:
                 old = self._timers.pop(eff.key, None)
                 if old is not None:
                     old.cancel()
             else:
                 raise TypeError(f"unknown effect {eff!r}")
+
+    def _set_in_place(self, eff: SetTimer) -> None:
+        """A timer in a place of the block last reserved (`SetTimer.order`)."""
+        assert eff.order is not None
+        old = self._timers.pop(eff.key, None)
+        if old is not None:
+            old.cancel()
+        self._timers[eff.key] = self.clock.call_at(
+            eff.at, eff.priority, partial(self._fire, eff.key), self._reserved + 1 + eff.order)
 
     def _set_timers(self, pairs: Iterable[tuple[Hashable, float]], priority: int) -> None:
         """Arm each (key, at) in order; an armed key's timer moves, with its callback."""

@@ -19,8 +19,15 @@ from schemas.events import (
     envelope,
 )
 from schemas.job import JobSpec
-from services.nodeagent.simnode import SimNodeCore
-from services.runtime.effects import CancelTimer, Effect, Publish, SetTimer, SetTimers
+from services.nodeagent.simnode import CATCH_UP_CYCLES, SimNodeCore
+from services.runtime.effects import (
+    CancelTimer,
+    Effect,
+    Publish,
+    ReserveOrder,
+    SetTimer,
+    SetTimers,
+)
 from tests.builders import make_job
 
 NODE = NodeSpec(node_id="n0", switch_id="s0", gpus=4)
@@ -58,25 +65,34 @@ def test_launch_arms_the_finish_timer(overhead: str, expected_finish: float) -> 
 
 
 def test_muri_charges_every_interrupting_cycle_per_model() -> None:
+    """A cycle is logged, with a place reserved for its re-arm; the run is charged when its
+    timer comes up at the finish the launch set, and set again where the cycle would have
+    set it."""
     core = SimNodeCore(NODE, parse_overhead("muri"))
     spec = make_job("a").model("a2c").gpus(2).runs_for(1000).build()  # a2c on 2 GPUs: 39 s
-    _cmd(core, 0.0, [_launch(spec)])
-    (timers,) = _cycle(core, 100.0)
-    assert isinstance(timers, SetTimers)
-    ((key, at),) = timers.timers
+    (armed,) = _cmd(core, 0.0, [_launch(spec)])
+    assert isinstance(armed, SetTimer) and armed.at == pytest.approx(1015.0)
+    assert _cycle(core, 100.0) == [ReserveOrder(1)]
+    (again,) = core.on_timer(("finish", "a"), armed.at)
     # 100 s elapsed, 39 s lost: 61 s of progress at 1.015 s per iteration.
     remaining = 1000 - 61 / 1.015
-    assert key == ("finish", "a") and at == pytest.approx(100.0 + remaining * 1.015)
+    assert isinstance(again, SetTimer) and again.key == ("finish", "a") and again.order == 0
+    assert again.at == pytest.approx(100.0 + remaining * 1.015)
+    (done,) = core.on_timer(("finish", "a"), again.at)  # no cycle since: it finishes
+    assert isinstance(done, Publish) and isinstance(done.body, JobFinished)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a2c", "resnet18", "bert"]), st.integers(1, 4),
                           st.integers(1, 5000), st.floats(0.0, 0.9)), min_size=1, max_size=4),
-       st.lists(st.floats(0.5, 500.0), min_size=1, max_size=5))
-def test_a_cycle_re_arms_every_charged_run_in_order_as_a_run_by_run_accounting_would(
-        jobs: list[tuple[str, int, int, float]], gaps: list[float]) -> None:
-    """One `SetTimers` a cycle, bit for bit what advancing each run then asking its finish
-    (`advance` + `finish_timer`) gives, in the node's order of runs."""
+       st.lists(st.floats(0.5, 500.0), min_size=1, max_size=9),
+       st.sampled_from([2, 3, CATCH_UP_CYCLES]))
+def test_runs_charged_lazily_come_to_what_a_run_by_run_accounting_gives(
+        jobs: list[tuple[str, int, int, float]], gaps: list[float], catch_up: int) -> None:
+    """Bit for bit what advancing each run at every cycle then asking its finish (`advance`
+    + `finish_timer`, the eager node) gives: at a catch-up (one `SetTimers`, in the node's
+    order of runs), when a timer comes up early (set again in its place of that order), and
+    at a stop."""
     core = SimNodeCore(NodeSpec(node_id="n0", switch_id="s0", gpus=16), parse_overhead("muri"))
     for i, (model, gpus, seconds, done) in enumerate(jobs):
         spec = make_job(f"j{i}").model(model).gpus(gpus).runs_for(seconds).build()
@@ -84,16 +100,33 @@ def test_a_cycle_re_arms_every_charged_run_in_order_as_a_run_by_run_accounting_w
             spec = spec.model_copy(update={"fail_at": (seconds * (done + 1.0) / 2.0,)})
         _cmd(core, 0.0, [_launch(spec, placement=(("n0", tuple(range(gpus))),),
                                  done=seconds * done)], cycle=i + 1)
+    eager = {jid: copy.deepcopy(run) for jid, run in core.jobs.items()}
+    expected: dict[str, float] = {}
     now = 0.0
-    for gap in gaps:
-        now += gap
-        expected = []
-        for run in core.jobs.values():
-            twin = copy.deepcopy(run)
-            twin.advance(now, interrupted=True)
-            expected.append((twin.key, twin.finish_timer(now).at))
-        (timers,) = _cycle(core, now)
-        assert isinstance(timers, SetTimers) and list(timers.timers) == expected
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("services.nodeagent.simnode.CATCH_UP_CYCLES", catch_up)
+        for n, gap in enumerate(gaps, start=1):
+            now += gap
+            for jid, twin in eager.items():
+                twin.advance(now, interrupted=True)
+                expected[jid] = twin.finish_timer(now).at
+            (effect,) = _cycle(core, now)
+            if n % catch_up:
+                assert effect == ReserveOrder(len(eager))
+            else:
+                assert isinstance(effect, SetTimers)
+                assert list(effect.timers) == [(("finish", j), expected[j]) for j in eager]
+    first = next(iter(eager))
+    stopped = _cmd(core, now, stops=[Stop(job_id=first, reason="preempted")])
+    (status,) = [e.body for e in stopped if isinstance(e, Publish)]
+    eager[first].advance(now, interrupted=False)
+    assert isinstance(status, NodeStatus) and status.progress == {first: eager[first].done()}
+    for order, jid in list(enumerate(eager))[1:]:  # places as the last cycle ordered them
+        fired = core.on_timer(("finish", jid), now)
+        if len(gaps) % catch_up:
+            assert fired == [SetTimer(("finish", jid), expected[jid], order=order)]
+        else:  # caught up at the last cycle: the timer stands, and its run ends
+            assert isinstance(fired[0], Publish)
 
 
 def test_only_the_leader_of_a_gang_accounts_and_reports() -> None:

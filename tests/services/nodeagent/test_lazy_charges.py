@@ -1,0 +1,64 @@
+"""Simulated nodes charge cycles lazily (services/nodeagent/simnode.py) and decide exactly as
+nodes that charge every run at every cycle: the same runs, bit for bit, with jobs that finish
+at one instant (copies of one job, launched together) finishing in the same order."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.job import JobSpec
+from services.nodeagent import simnode
+from services.nodeagent.simnode import SimNodeCore
+from services.runtime.effects import PRIORITY_INPUT, Effect, SetTimers
+from tests.builders import cluster, make_job, simulate
+
+traces = st.lists(
+    st.tuples(st.sampled_from([1, 1, 2, 4, 8]),  # GPUs
+              st.integers(1, 3000),  # seconds of work
+              st.integers(0, 2000),  # submission
+              st.integers(1, 3)),  # copies submitted together (same job, same instant)
+    min_size=1, max_size=25)
+
+
+def _jobs(rows: list[tuple[int, int, int, int]]) -> list[JobSpec]:
+    return [make_job(f"j{i:02d}c{k}").gpus(g).runs_for(s).submit(t).build()
+            for i, (g, s, t, copies) in enumerate(rows) for k in range(copies)]
+
+
+def _run(jobs: list[JobSpec], policy: str, nodes: int) -> tuple[object, ...]:
+    out = simulate(jobs, policy, cluster(nodes, 8, switches=nodes // 2 or 1), overhead="muri")
+    s = out.summary
+    return s["decision_digest"], s["events"], s["cycles"], s["avg_jct_s"]
+
+
+def _eager_cycle(self: SimNodeCore, now: float) -> list[Effect]:
+    """The node as it was: every charged run advanced and its timer moved, at every cycle."""
+    timers: list[tuple[Hashable, float]] = []
+    for run in self.jobs.values():
+        progress = run.progress
+        if run.leader and progress.per_event_s:
+            timers.append((run.key, progress.advance_to_finish(now, progress.per_event_s,
+                                                               run.fail_at)))
+    return [SetTimers(timers, PRIORITY_INPUT)] if timers else []
+
+
+def _eager(jobs: list[JobSpec], policy: str, nodes: int) -> tuple[object, ...]:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(SimNodeCore, "_on_cycle", _eager_cycle)
+        return _run(jobs, policy, nodes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=traces, policy=st.sampled_from(["srtf", "tiresias", "muri-s"]),
+       nodes=st.sampled_from([1, 2, 4]), catch_up=st.sampled_from([2, 5, 64]))
+def test_lazy_charges_decide_as_eager_ones(rows: list[tuple[int, int, int, int]], policy: str,
+                                           nodes: int, catch_up: int) -> None:
+    jobs = _jobs(rows)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(simnode, "CATCH_UP_CYCLES", catch_up)
+        lazy = _run(jobs, policy, nodes)
+    assert lazy == _eager(jobs, policy, nodes)
