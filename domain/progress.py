@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Cycles logged before every running job is charged them (the scheduler's estimates and the
+# simulated nodes charge cycles lazily: see `services.scheduler.jobs` and
+# `services.nodeagent.simnode`): the bound on the log. Most runs end or stop sooner.
+CATCH_UP_CYCLES = 64
+
 # Speed that changes with progress (a goodput-profiled job's epochs): (iterations done up to,
 # seconds per iteration) pieces, the last open-ended. See `domain.goodput`.
 Segments = tuple[tuple[float, float], ...]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from domain import causes
 from domain.overhead import OverheadModel, job_rates, progress_segments
-from domain.progress import RunProgress
+from domain.progress import CATCH_UP_CYCLES, RunProgress
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import (
@@ -59,9 +59,6 @@ from services.runtime.service import CoreDefaults, Recorded, Subscribe
 
 log = get_logger("loom.nodeagent")
 
-# Cycles a node logs before it charges every run and re-arms its timer: the log's bound. Most
-# runs end or stop before; the rest pay one re-arm per so many cycles, not one per cycle.
-CATCH_UP_CYCLES = 64
 
 
 @dataclass(slots=True)
@@ -129,6 +126,7 @@ class SimNodeCore(CoreDefaults):
         self._log: list[float] = []  # the cycles not yet charged to every run, by time
         self._seen = 0  # cycles logged so far (the log's end, as a count)
         self._last_order: tuple[str, ...] = ()  # `_order` at the last cycle logged
+        self._reserve = ReserveOrder(0)  # what a cycle logged reserves (one per `_order`)
         self.gate = CommandGate()  # re-delivered and deposed-leader commands change nothing
 
     def _on(self, kind: str) -> str:
@@ -152,6 +150,7 @@ class SimNodeCore(CoreDefaults):
         else:
             self._charged.discard(job_id)
         self._order = tuple(j for j in self.jobs if j in self._charged)
+        self._reserve = ReserveOrder(len(self._order))
         if not self._order:
             self._log.clear()  # every run was charged every cycle it saw
         self._cycles.set(bool(self._charged))
@@ -227,7 +226,7 @@ class SimNodeCore(CoreDefaults):
         self._seen += 1
         self._last_order = order
         if len(self._log) < CATCH_UP_CYCLES:
-            return [ReserveOrder(len(order))]
+            return [self._reserve]
         runs = [self.jobs[j] for j in order]
         timers: list[tuple[Hashable, float]] = [(run.key, self._catch_up(run)) for run in runs]
         self._log.clear()

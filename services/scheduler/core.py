@@ -94,8 +94,7 @@ class SchedulerCore(CoreDefaults):
         self.policy = policy
         self.config = config
         self.jobs = JobTable()
-        self.views = ActiveViews(self.jobs.running)  # what the policy sees: active jobs not
-        # held back
+        self.views = ActiveViews(self.jobs)  # what the policy sees: active jobs not held back
         self.gpu_types = set(cluster.gpus_by_type)
         self.cycle = 0
         # The timers it has set, by when they fire (None: not set): what a forecast of its
@@ -208,6 +207,7 @@ class SchedulerCore(CoreDefaults):
     def end_run(self, rec: JobRecord, iterations_done: float, now: float) -> None:
         """The job's run is over (done, failed or vanished): off the running set and out of
         the policy's sight, its attained service counted up to now."""
+        self.jobs.sync(rec)
         rec.iterations_done = iterations_done
         rec.attained_s += now - rec.accounted_at
         rec.accounted_at = now
@@ -302,8 +302,7 @@ class SchedulerCore(CoreDefaults):
     def _plan(self, now: float) -> list[Effect]:
         jobs = self.jobs
         jobs.pack_ended()
-        for rec in jobs.running.values():
-            rec.account(now, rec.run.per_event_s)  # type: ignore[union-attr]  # runs have one
+        jobs.log_cycle(now)  # charges every running job (lazily)
         views = self.views
         views.outdate()
         running = RunningJobs(jobs.running.keys(), self._running_views, jobs.take_reported())
@@ -419,6 +418,7 @@ class SchedulerCore(CoreDefaults):
                         now: float) -> None:
         """Start the progress estimate of a job launched at `now` as the node agent will run
         it (see module docstring); also used when a recovering scheduler rebuilds its state."""
+        self.jobs.sync(rec)  # a job that moves starts again from where the cycles left it
         rec.place(slots)
         rec.group = group
         self.jobs.placed(rec)

@@ -8,11 +8,11 @@ table and published) or, when a scheduler is rebuilt from the stream, `JobTable.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from domain.progress import RunProgress
+from domain.progress import CATCH_UP_CYCLES, RunProgress
 from policies.base import JobView
 from schemas import subjects
 from schemas.causes import Cause
@@ -47,6 +47,7 @@ class JobRecord:
     confirmed: bool = False  # its node has shown the current run (heartbeat, progress, end)
     hosts: tuple[str, ...] = ()  # every node it has been placed on, sorted: the only ones
     # whose word about it counts (kept for good, so a tuple: a quarter of a frozenset's size)
+    synced: int = 0  # while it runs, the table's cycles charged to it (`JobTable.log_cycle`)
 
     def place(self, slots: GpuSlots) -> None:
         self.placement = slots
@@ -71,6 +72,14 @@ class JobRecord:
         self.iterations_done = self.spec.iterations - run.remaining
         self.attained_s += now - self.accounted_at
         self.accounted_at = now
+
+    def catch_up(self, times: Sequence[float], start: int) -> None:
+        """`account` at each of the cycles `times[start:]`, in order."""
+        run = self.run
+        assert run is not None
+        lost = run.per_event_s
+        for i in range(start, len(times)):
+            self.account(times[i], lost)
 
     def view(self) -> JobView:
         if self.state is JobState.RUNNING:
@@ -128,7 +137,15 @@ class _Ended:
 
 class JobTable(Mapping[str, JobRecord]):
     """The records (by job id, in admission order), the running ones, the jobs an operator
-    suspended, and each tenant's count of waiting jobs (for its quota)."""
+    suspended, and each tenant's count of waiting jobs (for its quota).
+
+    Every cycle charges each running job (`JobRecord.account`), lazily: the cycle is logged,
+    and a running record is charged the cycles it has not been when it is next read through
+    the table (`[]`, `get`), changed by it (`clear_running`), or synced (`sync`), or when the
+    log reaches `CATCH_UP_CYCLES`. Same arithmetic, same order, so the same figures as an
+    eager charge at every cycle; what is read of a record in `running` directly is its
+    placement and identity, never its progress.
+    """
 
     def __init__(self) -> None:
         self._records: dict[str, JobRecord | _Ended] = {}
@@ -142,12 +159,37 @@ class JobTable(Mapping[str, JobRecord]):
         self._alone: dict[str, int] = {}
         self._alone_gpus = 0
         self._sharing: dict[str, JobRecord] = {}
+        self._cycles: list[float] = []  # times of cycles not yet charged to every running job
+        self._logged = 0  # cycles logged in all (the log's end, as a count)
         self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
         self._waiting: Counter[str] = Counter()  # queued or preempted jobs, by tenant
 
     def __getitem__(self, job_id: str) -> JobRecord:
         rec = self._records[job_id]
-        return rec if type(rec) is JobRecord else rec.unpack()  # type: ignore[union-attr]
+        if type(rec) is not JobRecord:
+            return rec.unpack()  # type: ignore[union-attr]
+        if rec.synced < self._logged:
+            self.sync(rec)
+        return rec
+
+    def log_cycle(self, now: float) -> None:
+        """A cycle at `now` charges every running job (see class docstring)."""
+        if not self.running:
+            return
+        self._cycles.append(now)
+        self._logged += 1
+        if len(self._cycles) >= CATCH_UP_CYCLES:
+            for rec in self.running.values():
+                self.sync(rec)
+            self._cycles.clear()
+
+    def sync(self, rec: JobRecord) -> None:
+        """Charge a running job the cycles logged since it was last charged (none for a job
+        not running)."""
+        behind = self._logged - rec.synced
+        if behind > 0 and self.running.get(rec.spec.job_id) is rec:
+            rec.catch_up(self._cycles, len(self._cycles) - behind)
+        rec.synced = self._logged
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._records
@@ -179,12 +221,17 @@ class JobTable(Mapping[str, JobRecord]):
 
     def set_running(self, rec: JobRecord) -> None:
         self.running[rec.spec.job_id] = rec
+        rec.synced = self._logged  # no cycle before its start charges it
         self._moves.add(rec.spec.job_id)
 
     def clear_running(self, job_id: str) -> JobRecord:
         self._moves.add(job_id)
         self._uncount(job_id)
-        return self.running.pop(job_id)
+        self.sync(self.running[job_id])
+        rec = self.running.pop(job_id)
+        if not self.running:
+            self._cycles.clear()  # every job was charged every cycle it saw
+        return rec
 
     def placed(self, rec: JobRecord) -> None:
         """A running job was placed anew (launched or migrated), with its group."""

@@ -12,17 +12,18 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 
 from policies.base import JobView
-from services.scheduler.jobs import JobRecord
+from services.scheduler.jobs import JobTable
 
 
 class ActiveViews(Mapping[str, JobView]):
     """Views by job id (admission order): every active job not held back."""
 
-    __slots__ = ("_fresh", "_running", "_views")
+    __slots__ = ("_fresh", "_jobs", "_running", "_views")
 
-    def __init__(self, running: Mapping[str, JobRecord]) -> None:
+    def __init__(self, jobs: JobTable) -> None:
         self._views: dict[str, JobView] = {}
-        self._running = running  # the job table's running records (read only)
+        self._jobs = jobs
+        self._running = jobs.running  # read only
         self._fresh: set[str] = set()  # running jobs whose view is up to date
 
     def __getitem__(self, job_id: str) -> JobView:
@@ -32,6 +33,7 @@ class ActiveViews(Mapping[str, JobView]):
         rec = self._running.get(job_id)
         if rec is None:
             return view
+        self._jobs.sync(rec)
         view = self._views[job_id] = rec.view()
         self._fresh.add(job_id)
         return view

@@ -3,11 +3,14 @@ losing what status queries, late reports and resubmissions read from them."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain import causes
+from domain.progress import RunProgress
 from schemas.job import JobSpec, JobState
 from schemas.status import Status, StatusCode
 from services.scheduler.jobs import JobRecord, JobTable
@@ -127,3 +130,44 @@ def test_busy_gpus_count_each_gpu_once(groups: dict[str, tuple[str, ...]], busy:
     assert table.busy_gpus() == 4
     table.clear_running("a")
     assert table.busy_gpus() == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["cycle", "cycle", "read", "stop"]),
+                                st.integers(0, 2), st.floats(0.1, 400.0)),
+                      min_size=1, max_size=40),
+       catch_up=st.sampled_from([2, 3, 64]))
+def test_cycles_charged_lazily_give_the_figures_of_an_eager_charge(
+        steps: list[tuple[str, int, float]], catch_up: int) -> None:
+    """Three running jobs, cycles at growing times, reads and stops in between: what a read
+    or a stop finds is bit for bit what charging every running job at every cycle gives."""
+    table = JobTable()
+    eager: dict[str, JobRecord] = {}
+    for i in range(3):
+        spec = make_job(f"j{i}").gpus(1).runs_for(5000 * (i + 1)).build()
+        rec = table.add(spec, 0.0)
+        table.transition(rec, JobState.QUEUED, causes.ADMITTED, 0.0)
+        table.set_running(rec)
+        rec.run = RunProgress(total=spec.iterations, remaining=spec.iterations, at=0.0,
+                              ready_at=5.0 * i, iteration_s=spec.iteration_time_s,
+                              per_event_s=7.0 * i)
+        eager[spec.job_id] = copy.deepcopy(rec)
+    fields = ("iterations_done", "attained_s", "accounted_at")
+    now = 0.0
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("services.scheduler.jobs.CATCH_UP_CYCLES", catch_up)
+        for what, i, dt in steps:
+            jid = f"j{i}"
+            if what == "cycle":
+                now += dt
+                table.log_cycle(now)
+                for twin in eager.values():
+                    assert twin.run is not None
+                    twin.account(now, twin.run.per_event_s)
+                continue
+            if jid not in eager:
+                continue
+            got = table[jid] if what == "read" else table.clear_running(jid)
+            twin = eager[jid] if what == "read" else eager.pop(jid)
+            assert [getattr(got, f) for f in fields] == [getattr(twin, f) for f in fields]
+            assert got.run == twin.run

@@ -20,7 +20,7 @@ def _table() -> tuple[JobTable, ActiveViews, JobRecord, JobRecord]:
     """A table with job `r` running (10 of 100 iterations done) and job `w` waiting, and the
     views of both as a cycle left them."""
     table = JobTable()
-    views = ActiveViews(table.running)
+    views = ActiveViews(table)
     running, waiting = (table.add(make_job(j).gpus(1).build(), 0.0) for j in ("r", "w"))
     for rec in (running, waiting):
         table.transition(rec, JobState.QUEUED, causes.ADMITTED, 0.0)
