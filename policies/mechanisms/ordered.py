@@ -62,6 +62,7 @@ class OrderedPolicy(Policy):
         self._taken: dict[str, Key | None] = {}
         self._bounds: SortedList = SortedList()
         self._untaken: set[str] = set()
+        self._bounding = False  # whether this cycle's check used them (else they lapse)
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -116,8 +117,10 @@ class OrderedPolicy(Policy):
     def _worst(self, snap: Snapshot) -> tuple[Key, str]:
         """The last running job's rank (there is one), once per snapshot; with `keys_fall`,
         a rank no better than it (see class docstring), which is all the checks need."""
-        if self.keys_fall and isinstance(snap.running, RunningJobs):
-            return self._bound(snap, snap.running)
+        # Bounded where the scheduler makes running jobs' views only when read (many run).
+        self._bounding = self.keys_fall and isinstance(snap.running, RunningJobs)
+        if self._bounding:
+            return self._bound(snap, snap.running)  # type: ignore[arg-type]
         worst = self._ranked(snap)[2]
         assert worst is not None
         return worst
@@ -213,8 +216,12 @@ class OrderedPolicy(Policy):
             if jid not in plan.run:
                 job = snap.jobs[jid]
                 self._enqueue(job, self.key(job))
-        if self.keys_fall:
+        if self._bounding:
             self._keep_taken(plan, running)
+        elif self._taken:  # lapsed: rebuilt from the views when next needed
+            self._taken.clear()
+            self._bounds.clear()
+            self._untaken.clear()
 
     def _keep_taken(self, plan: Plan, running: list[tuple[Key, str]]) -> None:
         """The running jobs' keys after a plan: a full walk took every running job's key,

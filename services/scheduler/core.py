@@ -83,6 +83,7 @@ from services.scheduler.liveness import NodeFaults, launch_key, lost_key, retry_
 from services.scheduler.views import ActiveViews
 
 NAME = "scheduler"
+LAZY_VIEWS_FROM = 64  # running jobs from which their views are made only when read
 
 
 class SchedulerCore(CoreDefaults):
@@ -305,9 +306,16 @@ class SchedulerCore(CoreDefaults):
         jobs.log_cycle(now)  # charges every running job (lazily)
         views = self.views
         views.outdate()
-        running = RunningJobs(jobs.running.keys(), self._running_views, jobs.take_reported())
-        snap = Snapshot(now=now, cluster=self.cluster, jobs=MappingProxyType(views),
-                        running=running)
+        running: Sequence[JobView]
+        reported = jobs.take_reported()
+        if len(jobs.running) < LAZY_VIEWS_FROM:
+            # Few running jobs: their views at once, and every view read at C speed (a
+            # policy's walk reads many).
+            running, seen = views.make_running(jobs.running_in_order()), views.plain()
+        else:  # many: each running job's view made only if read
+            running = RunningJobs(jobs.running.keys(), self._running_views, reported)
+            seen = MappingProxyType(views)
+        snap = Snapshot(now=now, cluster=self.cluster, jobs=seen, running=running)
         scheme = self.config.placement or self.policy.placement
         snap, fit, plan = open_cycle(
             self.policy, snap, scheme != "yarn" and self.config.tenants is None,
@@ -317,14 +325,14 @@ class SchedulerCore(CoreDefaults):
         elif plan is None:
             plan = self.policy.plan(snap, fit)
         self.last_plan = plan
-        running.close()  # read while planning, or never: `_apply` changes what runs
+        if isinstance(running, RunningJobs):
+            running.close()  # read while planning, or never: `_apply` changes what runs
         return self._apply(plan, now)
 
     def _running_views(self) -> tuple[JobView, ...]:
         # Admission order, not start order: policies that visit running jobs one by one (e.g.
         # Tiresias demotions) must not depend on when a job last resumed.
-        views = self.views
-        return tuple(views[rec.spec.job_id] for rec in self.jobs.running_in_order())
+        return self.views.make_running(self.jobs.running_in_order())
 
     def _placement(self, scheme: Scheme, in_place: bool) -> CyclePlacement:
         """This cycle's placement state: the last cycle's, told which jobs started, stopped or

@@ -9,10 +9,11 @@ the record changes only where its view is set or frozen first (`set`, `freeze`).
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
+from types import MappingProxyType
 
 from policies.base import JobView
-from services.scheduler.jobs import JobTable
+from services.scheduler.jobs import JobRecord, JobTable
 
 
 class ActiveViews(Mapping[str, JobView]):
@@ -48,12 +49,32 @@ class ActiveViews(Mapping[str, JobView]):
         return len(self._views)
 
     def values(self) -> ValuesView[JobView]:
-        self._refresh()
+        self.refresh()
         return self._views.values()
 
     def items(self) -> ItemsView[str, JobView]:
-        self._refresh()
+        self.refresh()
         return self._views.items()
+
+    def make_running(self, recs: Iterable[JobRecord]) -> tuple[JobView, ...]:
+        """These running jobs' views, made now where not up to date, in their order."""
+        views, fresh, sync = self._views, self._fresh, self._jobs.sync
+        made = []
+        for rec in recs:
+            job_id = rec.spec.job_id
+            if job_id in fresh:
+                made.append(views[job_id])
+                continue
+            sync(rec)
+            view = views[job_id] = rec.view()
+            fresh.add(job_id)
+            made.append(view)
+        return tuple(made)
+
+    def plain(self) -> Mapping[str, JobView]:
+        """The views as they are, read at C speed without this mapping's checks: for a
+        cycle that has made every running job's view (`make_running`)."""
+        return MappingProxyType(self._views)
 
     def set(self, job_id: str, view: JobView) -> None:
         """A job's view, made now from its record (shown, started, stopped)."""
@@ -74,7 +95,8 @@ class ActiveViews(Mapping[str, JobView]):
         if job_id in self._views:
             self.__getitem__(job_id)
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
+        """Make every running job's view that is not up to date."""
         for job_id in self._running:
             if job_id not in self._fresh and job_id in self._views:
                 self.__getitem__(job_id)
