@@ -9,6 +9,7 @@ scheduler use the same arithmetic, a simulation's estimate is exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Cycles logged before every running job is charged them (the scheduler's estimates and the
@@ -46,10 +47,22 @@ class RunProgress:
         self.remaining = self.left_at(now, lost_s)
         self.at = now
 
-    def advance_to_finish(self, now: float, lost_s: float, upto: float | None = None) -> float:
-        """`advance(now, lost_s)`, then `finish_at(now, upto)`: a node's re-arm at each cycle."""
-        self.advance(now, lost_s)
-        return self.finish_at(now, upto)
+    def charge(self, times: Sequence[float], start: int, lost_s: float) -> None:
+        """`advance(t, lost_s)` at each `t` of `times[start:]`, in order: the cycles a run
+        is charged late (see `CATCH_UP_CYCLES`). The same operations as `left_at`, in a loop
+        without its calls: many runs are charged many cycles."""
+        if self.segments is not None:
+            for i in range(start, len(times)):
+                self.advance(times[i], lost_s)
+            return
+        remaining, last, ready_at, per = self.remaining, self.at, self.ready_at, self.iteration_s
+        for i in range(start, len(times)):
+            now = times[i]
+            useful = now - (last if last > ready_at else ready_at) - lost_s
+            if useful > 0:
+                remaining = remaining - useful / per
+            last = now
+        self.remaining, self.at = remaining, last
 
     def finish_at(self, now: float, upto: float | None = None) -> float:
         """When the run completes (with `upto`: reaches that many iterations done, a mark

@@ -239,9 +239,7 @@ class SimNodeCore(CoreDefaults):
         cycles = self._log
         progress = run.progress
         if run.synced < self._seen and run.charged:
-            lost = progress.per_event_s
-            for i in range(len(cycles) - (self._seen - run.synced), len(cycles)):
-                progress.advance(cycles[i], lost)
+            progress.charge(cycles, len(cycles) - (self._seen - run.synced), progress.per_event_s)
             run.synced = self._seen
         return progress.finish_at(progress.at, run.fail_at)
 

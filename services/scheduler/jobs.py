@@ -74,12 +74,17 @@ class JobRecord:
         self.accounted_at = now
 
     def catch_up(self, times: Sequence[float], start: int) -> None:
-        """`account` at each of the cycles `times[start:]`, in order."""
+        """`account` at each of the cycles `times[start:]`, in order (the same arithmetic)."""
         run = self.run
         assert run is not None
-        lost = run.per_event_s
+        run.charge(times, start, run.per_event_s)
+        self.iterations_done = self.spec.iterations - run.remaining
+        attained, last = self.attained_s, self.accounted_at
         for i in range(start, len(times)):
-            self.account(times[i], lost)
+            now = times[i]
+            attained += now - last
+            last = now
+        self.attained_s, self.accounted_at = attained, last
 
     def view(self) -> JobView:
         if self.state is JobState.RUNNING:

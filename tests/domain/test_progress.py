@@ -55,23 +55,20 @@ def test_accounting_up_to_now_then_asking_gives_the_same_end() -> None:
 
 @pytest.mark.parametrize("segments", [None, SEGMENTS], ids=["flat", "segments"])
 @given(remaining=st.floats(0, 100), at=st.floats(0, 50), ready=st.floats(0, 100),
-       later=st.floats(0, 500), lost=st.floats(0, 60), iteration_s=st.floats(0.01, 10),
-       upto=st.one_of(st.none(), st.floats(0, 100)))
-def test_advancing_to_the_finish_is_advancing_then_asking_bit_for_bit(
+       gaps=st.lists(st.floats(0, 200), max_size=8), start=st.integers(0, 3),
+       lost=st.floats(0, 60), iteration_s=st.floats(0.01, 10))
+def test_charging_cycles_late_is_advancing_at_each_bit_for_bit(
         segments: tuple[tuple[float, float], ...] | None, remaining: float, at: float,
-        ready: float, later: float, lost: float, iteration_s: float, upto: float | None) -> None:
-    """`advance_to_finish` gives exactly the floats of `advance` then `finish_at` (a node
-    re-arms with it at every cycle, so the simulation's decisions depend on it)."""
+        ready: float, gaps: list[float], start: int, lost: float, iteration_s: float) -> None:
+    """`charge` gives exactly the floats of `advance` at each cycle in turn (nodes and the
+    scheduler charge cycles late, and a simulation's decisions depend on the last bit)."""
     def fresh() -> RunProgress:
         return RunProgress(total=100, remaining=remaining, at=at, ready_at=ready,
                            iteration_s=iteration_s, segments=segments)
 
-    now = at + later
-    run = fresh()
-    left = run.left_at(now, lost)
-    run.advance(now, lost)
-    assert run.remaining == left and run.at == now
-    end = run.finish_at(now, upto)
-    one_step = fresh()
-    assert one_step.advance_to_finish(now, lost, upto) == end
-    assert (one_step.remaining, one_step.at) == (run.remaining, run.at)
+    times = [at + sum(gaps[:i + 1]) for i in range(len(gaps))]
+    one_by_one, late = fresh(), fresh()
+    for now in times[start:]:
+        one_by_one.advance(now, lost)
+    late.charge(times, start, lost)
+    assert (late.remaining, late.at) == (one_by_one.remaining, one_by_one.at)

@@ -41,8 +41,8 @@ def _eager_cycle(self: SimNodeCore, now: float) -> list[Effect]:
     for run in self.jobs.values():
         progress = run.progress
         if run.leader and progress.per_event_s:
-            timers.append((run.key, progress.advance_to_finish(now, progress.per_event_s,
-                                                               run.fail_at)))
+            progress.advance(now, progress.per_event_s)
+            timers.append((run.key, progress.finish_at(now, run.fail_at)))
     return [SetTimers(timers, PRIORITY_INPUT)] if timers else []
 
 
