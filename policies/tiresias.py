@@ -18,16 +18,28 @@ import math
 from collections.abc import Iterable
 from typing import ClassVar
 
-from policies.base import Fitter, JobView, Plan, Snapshot, greedy_fill
+from sortedcontainers import SortedList
+
+from policies.base import Fitter, JobView, Plan, RunningJobs, Snapshot, greedy_fill
 from policies.mechanisms.ordered import Key, OrderedPolicy
 
 # Tiresias simulator constants (jobs.py): 3 queues; only the first two limits matter.
 QUEUE_LIMITS: tuple[float, ...] = (3250.0, 7200.0)
 DEMOTION_TOLERANCE = 1e-6  # GPU-seconds
+# How far a running job's attained time, summed cycle by cycle, may stray from a straight line
+# from when it was last seen (rounding: about 1e-10 s a cycle): its crossing time as predicted
+# then is within this of the true one, so only jobs predicted this close are read.
+DRIFT_S = 1.0
 
 
 class DiscretisedLas(OrderedPolicy):
+    """Where many jobs run (the scheduler makes their views only when read), a running job's
+    key changes only when a cycle re-ranks it, and its attained time grows with the clock: so
+    its key and when it will cross its queue's limit are kept from when it was last seen, and
+    an in-place cycle reads only the running jobs predicted to cross about now."""
+
     placement = "count"
+    keys_fall = True  # a running job's key is set by the plans alone
     gpu_time: ClassVar[bool]
     limits: ClassVar[tuple[float, ...]] = QUEUE_LIMITS
 
@@ -38,12 +50,20 @@ class DiscretisedLas(OrderedPolicy):
         self._back = 0  # appends to the back of a queue
         self._front = 0  # preempted jobs go in front of the waiting part of their queue
         self._next_rank = 0  # above every running job's rank (see `plan_in_place`)
+        # Running jobs' predicted demotion and wake-up times (None: bottom queue), and both
+        # sorted: kept where the scheduler makes running jobs' views only when read.
+        self._due: dict[str, tuple[float, float] | None] = {}
+        self._demotions: SortedList = SortedList()
+        self._wakeups: SortedList = SortedList()
 
     def attained(self, job: JobView) -> float:
         return job.attained_gpu_s if self.gpu_time else job.attained_s
 
     def key(self, job: JobView) -> Key:
         return self._key[job.job_id]
+
+    def running_key(self, job_id: str, snap: Snapshot) -> Key:
+        return self._key[job_id]
 
     def _append(self, job_id: str, queue: int) -> Key:
         self._back += 1
@@ -68,8 +88,13 @@ class DiscretisedLas(OrderedPolicy):
 
     def job_removed(self, job_id: str) -> None:
         super().job_removed(job_id)
+        self._unpredict(job_id)
         self._queue.pop(job_id, None)
         self._key.pop(job_id, None)
+
+    def job_requeued(self, job: JobView) -> None:
+        self._unpredict(job.job_id)
+        super().job_requeued(job)
 
     def running_stays(self, snap: Snapshot) -> bool:
         return False  # new jobs enter queue 0, ahead of running ones: `plan_in_place` decides
@@ -88,7 +113,11 @@ class DiscretisedLas(OrderedPolicy):
         # Without demotions every running job keeps its key, and the walk over waiting jobs
         # decides as the full walk would (OrderedPolicy.walk_in_place). Jobs that start get
         # ranks after every running job's, in walk order: the order the full walk gives them.
-        if self._demoted(snap):
+        running = snap.running
+        if isinstance(running, RunningJobs):
+            if self._any_demoted(snap, running):
+                return None
+        elif self._demoted(snap):
             return None
         plan = self.walk_in_place(snap, fit)
         if plan is None:
@@ -97,8 +126,15 @@ class DiscretisedLas(OrderedPolicy):
             super().job_removed(jid)
             self._key[jid] = (self._queue[jid], 0, self._next_rank)
             self._next_rank += 1
-        plan.wakeup_at = self._next_demotion(snap, [*(v.job_id for v in snap.running),
-                                                    *plan.run])
+        if isinstance(running, RunningJobs):
+            plan.wakeup_at = self._earliest(self._kept_wakeup(snap),
+                                            self._next_demotion(snap, plan.run))
+            for jid in plan.run:
+                self._take(jid, self._key[jid])
+                self._predict(jid, snap)
+        else:
+            plan.wakeup_at = self._next_demotion(snap, [*(v.job_id for v in snap.running),
+                                                        *plan.run])
         self._last = plan
         return plan
 
@@ -123,6 +159,15 @@ class DiscretisedLas(OrderedPolicy):
             self._enqueue(snap.jobs[jid], k)
         plan.wakeup_at = self._next_demotion(snap, plan.run)
         self._last = plan
+        self._due.clear()  # every running job's key and times anew (or from the views)
+        self._demotions.clear()
+        self._wakeups.clear()
+        if isinstance(snap.running, RunningJobs):
+            self.set_taken([(self._key[jid], jid) for jid in plan.run])
+            for jid in plan.run:
+                self._predict(jid, snap)
+        else:
+            self.set_taken([])
         return plan
 
     def _next_demotion(self, snap: Snapshot, running: Iterable[str]) -> float | None:
@@ -130,17 +175,83 @@ class DiscretisedLas(OrderedPolicy):
         event)."""
         best: float | None = None
         for jid in running:
-            q = self._queue[jid]
-            if q >= len(self.limits):
-                continue
-            job = snap.jobs[jid]
-            if self.gpu_time:
-                at = snap.now + math.ceil(self.limits[q] / job.gpus) - job.attained_s
-            else:
-                at = snap.now + self.limits[q] - job.attained_s
-            at = max(at, snap.now)  # already past it (no cycle came): demote at once
-            if best is None or at < best:
+            at = self._wakeup(jid, snap)
+            if at is not None and (best is None or at < best):
                 best = at
+        return best
+
+    def _wakeup(self, job_id: str, snap: Snapshot) -> float | None:
+        """When a job crosses its queue's limit, as of `snap` (None: the bottom queue)."""
+        q = self._queue[job_id]
+        if q >= len(self.limits):
+            return None
+        job = snap.jobs[job_id]
+        if self.gpu_time:
+            at = snap.now + math.ceil(self.limits[q] / job.gpus) - job.attained_s
+        else:
+            at = snap.now + self.limits[q] - job.attained_s
+        return max(at, snap.now)  # already past it (no cycle came): demote at once
+
+    @staticmethod
+    def _earliest(a: float | None, b: float | None) -> float | None:
+        return b if a is None else a if b is None else min(a, b)
+
+    # -- predicted crossings, where the scheduler makes running jobs' views only when read --
+    def _predict(self, job_id: str, snap: Snapshot) -> None:
+        """Predict a running job's demotion and wake-up from its view at `snap`."""
+        self._unpredict(job_id)
+        wake = self._wakeup(job_id, snap)
+        if wake is None:
+            self._due[job_id] = None
+            return
+        job = snap.jobs[job_id]
+        rate = job.gpus if self.gpu_time else 1
+        limit = self.limits[self._queue[job_id]] - DEMOTION_TOLERANCE
+        due = snap.now + (limit - self.attained(job)) / rate
+        self._due[job_id] = (due, wake)
+        self._demotions.add((due, job_id))
+        self._wakeups.add((wake, job_id))
+
+    def _unpredict(self, job_id: str) -> None:
+        if job_id in self._due:
+            times = self._due.pop(job_id)
+            if times is not None:
+                self._demotions.remove((times[0], job_id))
+                self._wakeups.remove((times[1], job_id))
+
+    def _kept(self, snap: Snapshot, running: RunningJobs) -> None:
+        """Predictions for exactly the running jobs (from their views where a job's start
+        or end went untold, as under a policy switched to mid-run)."""
+        if self._due.keys() != running.ids:
+            for job_id in [j for j in self._due if j not in running.ids]:
+                self._unpredict(job_id)
+            for job_id in running.ids:
+                if job_id not in self._due:
+                    self._predict(job_id, snap)
+
+    def _any_demoted(self, snap: Snapshot, running: RunningJobs) -> bool:
+        """`_demoted` is not empty: read only the jobs predicted to cross by about now."""
+        self._kept(snap, running)
+        last, limits, queue = len(self.limits), self.limits, self._queue
+        for due, job_id in self._demotions:
+            if due > snap.now + DRIFT_S:
+                return False
+            q = queue[job_id]
+            if q < last and self.attained(snap.jobs[job_id]) >= limits[q] - DEMOTION_TOLERANCE:
+                return True
+        return False
+
+    def _kept_wakeup(self, snap: Snapshot) -> float | None:
+        """`_next_demotion` over the running jobs: read only those predicted to wake within
+        twice the drift of the earliest."""
+        if not self._wakeups:
+            return None
+        within = self._wakeups[0][0] + 2 * DRIFT_S
+        best: float | None = None
+        for wake, job_id in self._wakeups:
+            if wake > within:
+                break
+            best = self._earliest(best, self._wakeup(job_id, snap))
         return best
 
 

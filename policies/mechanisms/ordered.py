@@ -62,7 +62,6 @@ class OrderedPolicy(Policy):
         self._taken: dict[str, Key | None] = {}
         self._bounds: SortedList = SortedList()
         self._untaken: set[str] = set()
-        self._bounding = False  # whether this cycle's check used them (else they lapse)
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -118,9 +117,8 @@ class OrderedPolicy(Policy):
         """The last running job's rank (there is one), once per snapshot; with `keys_fall`,
         a rank no better than it (see class docstring), which is all the checks need."""
         # Bounded where the scheduler makes running jobs' views only when read (many run).
-        self._bounding = self.keys_fall and isinstance(snap.running, RunningJobs)
-        if self._bounding:
-            return self._bound(snap, snap.running)  # type: ignore[arg-type]
+        if self.keys_fall and isinstance(snap.running, RunningJobs):
+            return self._bound(snap, snap.running)
         worst = self._ranked(snap)[2]
         assert worst is not None
         return worst
@@ -132,17 +130,20 @@ class OrderedPolicy(Policy):
             bounds.clear()
             self._untaken = set(running.ids)
             taken.update(dict.fromkeys(running.ids))
-        jobs = snap.jobs
         for job_id in [*self._untaken, *running.reported]:
-            self._take(job_id, self.key(jobs[job_id]))
+            self._take(job_id, self.running_key(job_id, snap))
         for _ in range(_RETAKES):  # the last one again, until it stands
             k, job_id = bounds[-1]
-            now = self.key(jobs[job_id])
+            now = self.running_key(job_id, snap)
             if now == k:
                 break
             self._take(job_id, now)
         worst: tuple[Key, str] = bounds[-1]
         return worst
+
+    def running_key(self, job_id: str, snap: Snapshot) -> Key:
+        """A running job's key now (a policy that keeps them need not read its view)."""
+        return self.key(snap.jobs[job_id])
 
     def _take(self, job_id: str, k: Key) -> None:
         old = self._taken.get(job_id)
@@ -151,6 +152,13 @@ class OrderedPolicy(Policy):
         self._taken[job_id] = k
         self._bounds.add((k, job_id))
         self._untaken.discard(job_id)
+
+    def set_taken(self, keys: list[tuple[Key, str]]) -> None:
+        """Every running job's key as now taken (none: to be taken from the views)."""
+        if keys or self._taken:
+            self._taken = {jid: k for k, jid in keys}
+            self._bounds = SortedList(keys)
+            self._untaken.clear()
 
     def _untake(self, job_id: str) -> None:
         if job_id in self._taken:
@@ -216,24 +224,18 @@ class OrderedPolicy(Policy):
             if jid not in plan.run:
                 job = snap.jobs[jid]
                 self._enqueue(job, self.key(job))
-        if self._bounding:
+        if self.keys_fall and isinstance(snap.running, RunningJobs):
             self._keep_taken(plan, running)
-        elif self._taken:  # lapsed: rebuilt from the views when next needed
-            self._taken.clear()
-            self._bounds.clear()
-            self._untaken.clear()
+        else:  # not needed: rebuilt from the views when next needed
+            self.set_taken([])
 
     def _keep_taken(self, plan: Plan, running: list[tuple[Key, str]]) -> None:
         """The running jobs' keys after a plan: a full walk took every running job's key,
         and the jobs that start have theirs taken at the next check (a job's first estimate
         starts from its last report, which its waiting key may not know)."""
-        taken = self._taken
         if not plan.stay:
-            taken.clear()
-            self._untaken.clear()
-            kept = [(k, jid) for k, jid in running if jid in plan.run]
-            taken.update((jid, k) for k, jid in kept)
-            self._bounds = SortedList(kept)
+            self.set_taken([(k, jid) for k, jid in running if jid in plan.run])
+        taken = self._taken
         for jid in plan.run:
             if jid not in taken:
                 taken[jid] = None
