@@ -123,7 +123,7 @@ class DiscretisedLas(OrderedPolicy):
         if plan is None:
             return None
         for jid in plan.run:
-            super().job_removed(jid)
+            self._unqueue(jid)  # out of the waiting index (its key is set below)
             self._key[jid] = (self._queue[jid], 0, self._next_rank)
             self._next_rank += 1
         if isinstance(running, RunningJobs):
@@ -144,7 +144,7 @@ class DiscretisedLas(OrderedPolicy):
         running = sorted((self._key[v.job_id], v.job_id) for v in snap.running)
         plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)
         for jid in plan.run:
-            super().job_removed(jid)
+            self._unqueue(jid)  # out of the waiting index (its key is set below)
         for rank, jid in enumerate(plan.run):  # plan.run is in walk order
             self._key[jid] = (self._queue[jid], 0, rank)
         self._next_rank = len(plan.run)
