@@ -80,14 +80,23 @@ class RunningJobs(Sequence[JobView]):
     node reported progress for since the previous cycle (a report replaces the estimate, so
     it may set a job back). Read it while the cycle plans; the scheduler closes it after."""
 
-    __slots__ = ("_make", "_views", "ids", "reported")
+    __slots__ = ("_make", "_order", "_views", "ids", "reported")
 
     def __init__(self, ids: Collection[str], make: Callable[[], tuple[JobView, ...]],
-                 reported: Collection[str] = ()) -> None:
+                 reported: Collection[str] = (),
+                 order: Callable[[Iterable[str]], list[str]] | None = None) -> None:
         self.ids = ids
         self.reported = reported
         self._make: Callable[[], tuple[JobView, ...]] | None = make
+        self._order = order
         self._views: tuple[JobView, ...] | None = None
+
+    def in_order(self, ids: Iterable[str]) -> list[str]:
+        """Some of these jobs, in admission order (the order of the views)."""
+        if self._order is None:
+            wanted = set(ids)
+            return [v.job_id for v in self.views() if v.job_id in wanted]
+        return self._order(ids)
 
     def views(self) -> tuple[JobView, ...]:
         if self._views is None:

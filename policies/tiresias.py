@@ -110,33 +110,47 @@ class DiscretisedLas(OrderedPolicy):
                 and self.attained(job) >= limits[q] - DEMOTION_TOLERANCE]
 
     def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
-        # Without demotions every running job keeps its key, and the walk over waiting jobs
-        # decides as the full walk would (OrderedPolicy.walk_in_place). Jobs that start get
-        # ranks after every running job's, in walk order: the order the full walk gives them.
+        # Every running job keeps its key but those demoted now (to the back of the next
+        # queue, as the full plan does), and the walk over waiting jobs decides as the full walk
+        # would (OrderedPolicy.walk_in_place). Jobs that start, and those demoted, get ranks
+        # after every running job's, in the order of their keys: the full walk's order.
         running = snap.running
-        if isinstance(running, RunningJobs):
-            if self._any_demoted(snap, running):
+        if not isinstance(running, RunningJobs):
+            if self._demoted(snap):
                 return None
-        elif self._demoted(snap):
-            return None
+            plan = self.walk_in_place(snap, fit)
+            if plan is not None:
+                self._rank_anew(list(plan.run))
+                plan.wakeup_at = self._next_demotion(
+                    snap, [*(v.job_id for v in snap.running), *plan.run])
+                self._last = plan
+            return plan
+        demoted = running.in_order(self._kept_demoted(snap, running))
+        before = self._back, [(jid, self._queue[jid], self._key[jid]) for jid in demoted]
+        for jid in demoted:
+            self._take(jid, self._append(jid, self._queue[jid] + 1))
         plan = self.walk_in_place(snap, fit)
-        if plan is None:
+        if plan is None:  # as it was: the full plan demotes them
+            self._back = before[0]
+            for jid, q, k in before[1]:
+                self._queue[jid], self._key[jid] = q, k
+                self._take(jid, k)
             return None
-        for jid in plan.run:
-            self._unqueue(jid)  # out of the waiting index (its key is set below)
-            self._key[jid] = (self._queue[jid], 0, self._next_rank)
-            self._next_rank += 1
-        if isinstance(running, RunningJobs):
-            plan.wakeup_at = self._earliest(self._kept_wakeup(snap),
-                                            self._next_demotion(snap, plan.run))
-            for jid in plan.run:
-                self._take(jid, self._key[jid])
-                self._predict(jid, snap)
-        else:
-            plan.wakeup_at = self._next_demotion(snap, [*(v.job_id for v in snap.running),
-                                                        *plan.run])
+        self._rank_anew([*plan.run, *demoted])
+        for jid in [*plan.run, *demoted]:
+            self._take(jid, self._key[jid])
+            self._predict(jid, snap)
+        plan.wakeup_at = self._kept_wakeup(snap)
         self._last = plan
         return plan
+
+    def _rank_anew(self, jobs: list[str]) -> None:
+        """Ranks above every running job's for jobs that start (out of the waiting index) or
+        are demoted in place, in the order of their keys."""
+        for _, jid in sorted((self._key[jid], jid) for jid in jobs):
+            self._unqueue(jid)
+            self._key[jid] = (self._queue[jid], 0, self._next_rank)
+            self._next_rank += 1
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         for jid in self._demoted(snap):
@@ -229,17 +243,18 @@ class DiscretisedLas(OrderedPolicy):
                 if job_id not in self._due:
                     self._predict(job_id, snap)
 
-    def _any_demoted(self, snap: Snapshot, running: RunningJobs) -> bool:
-        """`_demoted` is not empty: read only the jobs predicted to cross by about now."""
+    def _kept_demoted(self, snap: Snapshot, running: RunningJobs) -> list[str]:
+        """`_demoted`, in no order: read only the jobs predicted to cross by about now."""
         self._kept(snap, running)
         last, limits, queue = len(self.limits), self.limits, self._queue
+        demoted = []
         for due, job_id in self._demotions:
             if due > snap.now + DRIFT_S:
-                return False
+                break
             q = queue[job_id]
             if q < last and self.attained(snap.jobs[job_id]) >= limits[q] - DEMOTION_TOLERANCE:
-                return True
-        return False
+                demoted.append(job_id)
+        return demoted
 
     def _kept_wakeup(self, snap: Snapshot) -> float | None:
         """`_next_demotion` over the running jobs: read only those predicted to wake within

@@ -313,7 +313,8 @@ class SchedulerCore(CoreDefaults):
             # policy's walk reads many).
             running, seen = views.make_running(jobs.running_in_order()), views.plain()
         else:  # many: each running job's view made only if read
-            running = RunningJobs(jobs.running.keys(), self._running_views, reported)
+            running = RunningJobs(jobs.running.keys(), self._running_views, reported,
+                                  jobs.in_admission_order)
             seen = MappingProxyType(views)
         snap = Snapshot(now=now, cluster=self.cluster, jobs=seen, running=running)
         scheme = self.config.placement or self.policy.placement

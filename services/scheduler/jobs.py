@@ -8,7 +8,7 @@ table and published) or, when a scheduler is rebuilt from the stream, `JobTable.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -284,6 +284,12 @@ class JobTable(Mapping[str, JobRecord]):
 
     def running_in_order(self) -> list[JobRecord]:
         return sorted(self.running.values(), key=admission_order)
+
+    def in_admission_order(self, job_ids: Iterable[str]) -> list[str]:
+        """These running jobs, in admission order."""
+        running = self.running
+        return [rec.spec.job_id for rec in sorted((running[j] for j in job_ids),
+                                                  key=admission_order)]
 
     def transition(self, rec: JobRecord, state: JobState, cause: Cause, now: float, *,
                    with_spec: bool = False) -> Publish:
