@@ -60,7 +60,6 @@ from services.runtime.service import CoreDefaults, Recorded, Subscribe
 log = get_logger("loom.nodeagent")
 
 
-
 @dataclass(slots=True)
 class _Run:
     spec: JobSpec
