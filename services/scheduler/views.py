@@ -1,10 +1,10 @@
 """What the policy sees of the active jobs: one view each, a running job's made when first read
 after the cycle that accounted it.
 
-A running job's progress is accounted at every cycle, so its view changes every cycle. Made
-for every running job at every cycle, views were a sixth of a 10,000-GPU run; most cycles read
-few of them (an in-place cycle reads none). A view made late holds what the eager one would:
-the record changes only where its view is set or frozen first (`set`, `freeze`).
+A running job's progress is accounted at every cycle, so its view changes every cycle; most
+cycles read few of them (an in-place cycle reads none), so none is made before it is read. A
+view made late holds what the eager one would: the record changes only where its view is set
+or frozen first (`set`, `freeze`).
 """
 
 from __future__ import annotations
