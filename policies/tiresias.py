@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import takewhile
 from typing import ClassVar
 
 from sortedcontainers import SortedList
@@ -102,12 +103,14 @@ class DiscretisedLas(OrderedPolicy):
     def _demoted(self, snap: Snapshot) -> list[str]:
         """Running jobs whose attained service reached their queue's limit: one level down
         this cycle (at most one, as Tiresias does)."""
-        last, limits, queue = len(self.limits), self.limits, self._queue
+        return [job.job_id for job in snap.running if self._crossed(job)]
+
+    def _crossed(self, job: JobView) -> bool:
+        """Whether a running job's attained service reached its queue's limit."""
+        q = self._queue[job.job_id]
         # Tolerance: a wake-up for the crossing can land a hair before it in floating point
         # (e.g. 3249.9999999999995 GPU-s); without it that instant would re-plan forever.
-        return [job.job_id for job in snap.running
-                if (q := queue[job.job_id]) < last
-                and self.attained(job) >= limits[q] - DEMOTION_TOLERANCE]
+        return q < len(self.limits) and self.attained(job) >= self.limits[q] - DEMOTION_TOLERANCE
 
     def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
         # Every running job keeps its key but those demoted now (to the back of the next
@@ -206,10 +209,6 @@ class DiscretisedLas(OrderedPolicy):
             at = snap.now + self.limits[q] - job.attained_s
         return max(at, snap.now)  # already past it (no cycle came): demote at once
 
-    @staticmethod
-    def _earliest(a: float | None, b: float | None) -> float | None:
-        return b if a is None else a if b is None else min(a, b)
-
     # -- predicted crossings, where the scheduler makes running jobs' views only when read --
     def _predict(self, job_id: str, snap: Snapshot) -> None:
         """Predict a running job's demotion and wake-up from its view at `snap`."""
@@ -246,15 +245,8 @@ class DiscretisedLas(OrderedPolicy):
     def _kept_demoted(self, snap: Snapshot, running: RunningJobs) -> list[str]:
         """`_demoted`, in no order: read only the jobs predicted to cross by about now."""
         self._kept(snap, running)
-        last, limits, queue = len(self.limits), self.limits, self._queue
-        demoted = []
-        for due, job_id in self._demotions:
-            if due > snap.now + DRIFT_S:
-                break
-            q = queue[job_id]
-            if q < last and self.attained(snap.jobs[job_id]) >= limits[q] - DEMOTION_TOLERANCE:
-                demoted.append(job_id)
-        return demoted
+        soon = takewhile(lambda entry: entry[0] <= snap.now + DRIFT_S, self._demotions)
+        return [job_id for _, job_id in soon if self._crossed(snap.jobs[job_id])]
 
     def _kept_wakeup(self, snap: Snapshot) -> float | None:
         """`_next_demotion` over the running jobs: read only those predicted to wake within
@@ -262,12 +254,8 @@ class DiscretisedLas(OrderedPolicy):
         if not self._wakeups:
             return None
         within = self._wakeups[0][0] + 2 * DRIFT_S
-        best: float | None = None
-        for wake, job_id in self._wakeups:
-            if wake > within:
-                break
-            best = self._earliest(best, self._wakeup(job_id, snap))
-        return best
+        soon = takewhile(lambda entry: entry[0] <= within, self._wakeups)
+        return self._next_demotion(snap, (job_id for _, job_id in soon))
 
 
 class Las(DiscretisedLas):

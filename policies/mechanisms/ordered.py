@@ -88,8 +88,7 @@ class OrderedPolicy(Policy):
         OrderedPolicy._unqueue(self, job.job_id)  # out of the waiting index, as a start
         if self.keys_fall:
             self._untake(job.job_id)
-            self._taken[job.job_id] = None
-            self._untaken.add(job.job_id)
+            self._to_take(job.job_id)
 
     def _enqueue(self, job: JobView, k: Key) -> None:
         self._wkey[job.job_id] = (k, job.gpus)
@@ -124,14 +123,13 @@ class OrderedPolicy(Policy):
         return worst
 
     def _bound(self, snap: Snapshot, running: RunningJobs) -> tuple[Key, str]:
-        taken, bounds = self._taken, self._bounds
-        if taken.keys() != running.ids:  # not told of every start or end (a new policy)
-            taken.clear()
-            bounds.clear()
-            self._untaken = set(running.ids)
-            taken.update(dict.fromkeys(running.ids))
+        if self._taken.keys() != running.ids:  # not told of every start or end (a new policy)
+            self.set_taken([])
+            for job_id in running.ids:
+                self._to_take(job_id)
         for job_id in [*self._untaken, *running.reported]:
             self._take(job_id, self.running_key(job_id, snap))
+        bounds = self._bounds
         for _ in range(_RETAKES):  # the last one again, until it stands
             k, job_id = bounds[-1]
             now = self.running_key(job_id, snap)
@@ -152,6 +150,11 @@ class OrderedPolicy(Policy):
         self._taken[job_id] = k
         self._bounds.add((k, job_id))
         self._untaken.discard(job_id)
+
+    def _to_take(self, job_id: str) -> None:
+        """A running job whose key is taken at the next check (one not taken yet)."""
+        self._taken[job_id] = None
+        self._untaken.add(job_id)
 
     def set_taken(self, keys: list[tuple[Key, str]]) -> None:
         """Every running job's key as now taken (none: to be taken from the views)."""
@@ -235,11 +238,9 @@ class OrderedPolicy(Policy):
         starts from its last report, which its waiting key may not know)."""
         if not plan.stay:
             self.set_taken([(k, jid) for k, jid in running if jid in plan.run])
-        taken = self._taken
         for jid in plan.run:
-            if jid not in taken:
-                taken[jid] = None
-                self._untaken.add(jid)
+            if jid not in self._taken:
+                self._to_take(jid)
 
     def queue_position(self, job_id: str) -> int | None:
         """1-based rank among waiting jobs (what `loom status` shows)."""

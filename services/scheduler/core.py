@@ -311,7 +311,7 @@ class SchedulerCore(CoreDefaults):
         if len(jobs.running) < LAZY_VIEWS_FROM:
             # Few running jobs: their views at once, and every view read at C speed (a
             # policy's walk reads many).
-            running, seen = views.make_running(jobs.running_in_order()), views.plain()
+            running, seen = self._running_views(), views.plain()
         else:  # many: each running job's view made only if read
             running = RunningJobs(jobs.running.keys(), self._running_views, reported,
                                   jobs.in_admission_order)

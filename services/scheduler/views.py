@@ -97,6 +97,5 @@ class ActiveViews(Mapping[str, JobView]):
 
     def refresh(self) -> None:
         """Make every running job's view that is not up to date."""
-        for job_id in self._running:
-            if job_id not in self._fresh and job_id in self._views:
-                self.__getitem__(job_id)
+        views = self._views
+        self.make_running(rec for job_id, rec in self._running.items() if job_id in views)
