@@ -32,7 +32,7 @@ same rules then apply to the nodes of that type only; without a type any node ma
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Literal
 
 from domain.free_gpus import FreeIndex, NodeGpus, indices
@@ -255,6 +255,41 @@ class CyclePlacement:
     def free_of(self, gpu_type: str) -> int:
         """Free GPUs of one type this cycle."""
         return self._free_by_type.get(gpu_type, 0)
+
+    def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
+        """In a cycle opened in place: whether a walk opened in full would certainly find no
+        room for a gang of `gpus` (that displaces nobody) even where it may displace the
+        running jobs `victims`, and would then still re-place each of them (none as large).
+        Bounded from above by this cycle's GPUs before it placed anything, plus the victims'.
+        False where unsure (GPUs chosen by count, nodes of several sizes)."""
+        assert self.in_place, "asked of a cycle opened in place"
+        index = self._topo.index
+        room: dict[int, int] = {}  # node position → GPUs placed this cycle, and the victims'
+        for slots in self.placed.values():
+            for node_id, taken in slots:
+                pos = index[node_id]
+                room[pos] = room.get(pos, 0) + len(taken)
+        total = self.free_gpus + sum(room.values())
+        for job_id in victims:
+            at = self._bound_at.get(job_id)
+            held = sum(m.bit_count() for _, m in at or ())
+            if at is None or held >= gpus:
+                return False  # lost GPUs, or one the full walk would skip once the gang fails
+            total += held
+            for node, m in at:
+                room[node.pos] = room.get(node.pos, 0) + m.bit_count()
+        if gpus > total:
+            return True  # too few GPUs: `try_place`'s first test
+        nodes = self._nodes
+        if self.scheme != "consolidated" or not self._topo.uniform:
+            return False
+        size = nodes[0].size
+        if gpus <= size:  # one node must hold it: none has room (untouched ones as they are)
+            return (self.largest_block() < gpus
+                    and all(nodes[pos].n_free + extra < gpus for pos, extra in room.items()))
+        # Whole nodes under one switch (and a remainder): no switch has enough.
+        return all(sum(n.n_free + room.get(n.pos, 0) == size for n in group) < gpus // size
+                   for group in self._switches)
 
     # -- placement -------------------------------------------------------------------------
     def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,

@@ -161,6 +161,12 @@ class Fitter(Protocol):
 
     def explain(self, gpus: int) -> str: ...
 
+    def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
+        """In a cycle opened in place: whether a full walk would certainly block a gang of
+        `gpus` even where it may displace the running jobs `victims`, and keep them all
+        (False where unsure; `CyclePlacement.blocked_displacing`)."""
+        ...
+
 
 @dataclass
 class Plan:

@@ -38,7 +38,7 @@ docs/queues.md); the fair-share rule is then split per queue (`groups`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -101,6 +101,9 @@ class FitterGate:
 
     def free_of(self, gpu_type: str) -> int:
         return self._inner.free_of(gpu_type)
+
+    def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
+        return False  # a gate's refusals depend on the job: no proof by GPUs alone
 
     def explain(self, gpus: int) -> str:
         if self._last_refusal is not None:

@@ -16,6 +16,7 @@ from policies.base import (
     RunningJobs,
     Snapshot,
     Stream,
+    any_type,
     greedy_fill,
     status_for_waiting,
 )
@@ -38,7 +39,9 @@ class OrderedPolicy(Policy):
     the cycle is still planned in place if every one of them fits beside the running jobs
     (`plan_in_place`): the full walk would have placed each of them on the same free GPUs
     (placement never counts a held GPU as room for a job that displaces nobody) and then
-    re-placed every running job where it is.
+    re-placed every running job where it is. So it is where one of them finds no GPUs, if
+    it would find none in the full walk either, even displacing the running jobs behind it
+    (a wide job blocked ahead of long-running ones, on a busy cluster).
 
     Where a running job's key never rises while it runs (`keys_fall`), the rank of the last
     running job comes from the keys as last taken, which bound the true ones from above: only
@@ -193,19 +196,51 @@ class OrderedPolicy(Policy):
         return plan
 
     def walk_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
-        """The walk over waiting jobs only, if every one that ranks ahead of a running job
-        finds GPUs beside them (the full walk's plan then); else None. Changes no index."""
+        """The walk over waiting jobs only, if it decides as the full walk would: every
+        waiting job that ranks ahead of a running one either finds GPUs beside them, or would
+        find none in the full walk either (`_left_out_alike`); else None. Changes no index."""
         worst = self._worst(snap)
         # Per GPU count, how many waiting jobs rank ahead of the last running one.
         ahead = [(gpus, bucket, bucket.bisect_left(worst))
                  for gpus, bucket in self._buckets.items()]
-        if sum(gpus * n for gpus, _, n in ahead) > fit.free_gpus:
+        proves = fit.monotone and fit.fails_by_size  # see `_left_out_alike`
+        if not proves and sum(gpus * n for gpus, _, n in ahead) > fit.free_gpus:
             return None  # they cannot all fit: some would displace running jobs, or wait
         plan = greedy_fill(self.streams([]), snap.jobs, fit, self.name)
-        if any(jid not in plan.run for _, bucket, n in ahead for _, jid in bucket.islice(0, n)):
+        left_out = []
+        for gpus, bucket, n in ahead:
+            for item in bucket.islice(0, n):
+                if item[1] not in plan.run:
+                    left_out.append((item, gpus))
+                    if not proves or any_type(snap.jobs[item[1]].spec):
+                        break  # the full walk tries no later waiting job of this size
+        if left_out and not (proves and self._left_out_alike(snap, fit, left_out)):
             return None
         plan.stay = True
         return plan
+
+    def _left_out_alike(self, snap: Snapshot, fit: Fitter,
+                        left_out: list[tuple[tuple[Key, str], int]]) -> bool:
+        """Whether the full walk would leave out these waiting jobs too (the first of each GPU
+        count left out ahead of the last running job; the rest of that count follow it), and
+        so keep every running job where it is. A job left out there fails even where it may
+        displace the running jobs behind it, or comes after a smaller gang that failed (a
+        monotone fit then skips it)."""
+        smallest = None
+        for item, gpus in sorted(left_out):
+            if smallest is not None and gpus >= smallest:
+                continue
+            if not fit.blocked_displacing(gpus, self._behind(snap, item)):
+                return False
+            smallest = gpus
+        return True
+
+    def _behind(self, snap: Snapshot, item: tuple[Key, str]) -> list[str]:
+        """The running jobs that may rank after `item` (with bounded keys, some that may
+        not: never fewer)."""
+        if self.keys_fall and isinstance(snap.running, RunningJobs):
+            return [jid for _, jid in self._bounds.irange(item, inclusive=(False, True))]
+        return [jid for k, jid in self._keys_of(snap) if (k, jid) > item]
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         if snap.in_place:

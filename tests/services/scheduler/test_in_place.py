@@ -18,7 +18,7 @@ from tests.builders import cluster, make_job, simulate
 ORDERED = ("fifo", "srtf", "srsf", "tiresias", "las")
 
 traces = st.lists(
-    st.tuples(st.sampled_from([1, 1, 2, 4, 8]),  # GPUs
+    st.tuples(st.sampled_from([1, 1, 2, 4, 8, 16]),  # GPUs (16: two whole nodes)
               st.integers(1, 4000),  # seconds of work: long enough for Tiresias' demotions
               st.integers(0, 3000)),  # submission
     min_size=1, max_size=60)
@@ -67,7 +67,7 @@ def test_in_place_cycles_decide_as_the_full_walk_on_busy_traces(policy: str) -> 
     the last running job's rank must never fall below it (fifo, srtf, srsf)."""
     for seed in range(12 if policy in ("tiresias", "las") else 6):
         rng = random.Random(seed)
-        rows = [(rng.choice([1, 1, 2, 4, 8]), rng.randint(1, 4000), rng.randint(0, 3000))
+        rows = [(rng.choice([1, 1, 2, 4, 8, 16]), rng.randint(1, 4000), rng.randint(0, 3000))
                 for _ in range(60)]
         jobs = _jobs(rows)
         nodes = rng.choice([2, 4])
@@ -94,19 +94,28 @@ QUIET = [make_job(f"j{i}").runs_for(100).submit(10 * i).build() for i in range(8
 # GPUs beside it.
 OVERTAKE_BESIDE = [make_job("long").gpus(4).runs_for(10_000).submit(0).build(), *(
     make_job(f"short{i}").gpus(2).runs_for(50).submit(10 + 100 * i).build() for i in range(6))]
+# A wide job ranks ahead of a long one but finds no room even in its GPUs (a shorter job holds
+# the rest), while small jobs that overtake both keep arriving and fit beside them; once the
+# short job ends, the wide one displaces the long one (the one walk).
+BLOCKED_WIDE = [make_job("short").gpus(8).runs_for(3000).submit(0).build(),
+                make_job("long").gpus(4).runs_for(10_000).submit(0).build(),
+                make_job("wide").gpus(16).runs_for(4000).submit(10).build(), *(
+                    make_job(f"tiny{i}").runs_for(50).submit(100 + 100 * i).build()
+                    for i in range(6))]
 # A short job that only fits by preempting the long one.
 OVERTAKE_DISPLACING = [make_job("long").gpus(8).runs_for(10_000).submit(0).build(),
                        make_job("short").gpus(8).runs_for(50).submit(10).build()]
 
 
 @pytest.mark.parametrize(("jobs", "nodes", "preemptions", "walked"), [
-    pytest.param(QUIET, 2, 0, False, id="quiet-cluster-in-place"),
-    pytest.param(OVERTAKE_BESIDE, 2, 0, False, id="overtakers-beside-running-in-place"),
-    pytest.param(OVERTAKE_DISPLACING, 1, 1, True, id="overtaker-that-displaces-walks"),
+    pytest.param(QUIET, 2, 0, 0, id="quiet-cluster-in-place"),
+    pytest.param(OVERTAKE_BESIDE, 2, 0, 0, id="overtakers-beside-running-in-place"),
+    pytest.param(BLOCKED_WIDE, 2, 1, 1, id="overtakers-past-a-blocked-wide-job-in-place"),
+    pytest.param(OVERTAKE_DISPLACING, 1, 1, 1, id="overtaker-that-displaces-walks"),
 ])
 def test_which_cycles_walk_the_running_jobs(walks: list[int], jobs: list[JobSpec], nodes: int,
-                                            preemptions: int, walked: bool) -> None:
+                                            preemptions: int, walked: int) -> None:
     out = simulate(jobs, "srtf", cluster(nodes, 8))
     assert out.summary["finished"] == len(jobs)
     assert out.summary["preemptions"] == preemptions
-    assert bool(walks) == walked
+    assert len(walks) == walked
