@@ -383,8 +383,9 @@ class CyclePlacement:
                     else min(fits, key=lambda n: n.available(displace)))
         if best is not None:
             return ((best.node_id, best.take(gpus)),)
+        wide = gpus > self._nodes[0].size if self._topo.uniform else None  # for every switch
         for members in switches:
-            if all(n.size < gpus for n in members):
+            if wide if wide is not None else all(n.size < gpus for n in members):
                 slots = self._multi_node(members, gpus, displace)
                 if slots is not None:
                     return slots
@@ -427,10 +428,12 @@ class CyclePlacement:
         if size == 0:
             return None
         full_needed, rest = divmod(gpus, size)
-        whole = [n for n in members if n.size == size and n.available(displace) == size]
-        whole.sort(key=lambda n: n.unheld_free() < size)  # undisturbed nodes first
+        every = (1 << size) - 1  # a whole node's mask (a smaller node never matches it)
+        whole = ([n for n in members if n.free == every] if displace
+                 else [n for n in members if n.free & ~n.held == every])
         if len(whole) < full_needed:
             return None
+        whole.sort(key=lambda n: n.unheld_free() < size)  # undisturbed nodes first
         chosen = whole[:full_needed]
         remainder = None
         if rest:
