@@ -4,6 +4,7 @@ with room for a gang without scanning every node."""
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -93,18 +94,30 @@ class FreeIndex:
     once stale entries outnumber the nodes (so moving costs a push, not a search).
     """
 
-    def __init__(self, nodes: list[NodeGpus]) -> None:
-        self._top = max((n.size for n in nodes), default=0)
+    def __init__(self, nodes: list[NodeGpus],
+                 switches: Sequence[Sequence[NodeGpus]] = ()) -> None:
+        """`switches`: the pool's nodes by switch, counted for wide gangs where every node
+        is of one size (`whole`)."""
+        self._top = top = max((n.size for n in nodes), default=0)
         self._files: dict[tuple[int, int], list[int]] = {}
         self._at: dict[int, tuple[int, int]] = {}
         self._entries = 0
+        # Per switch, its whole nodes: every GPU free, and every GPU free and unheld.
+        counted = bool(switches) and all(n.size == top for n in nodes)
+        self._switch = {n.pos: i for i, group in enumerate(switches) for n in group}
+        self._whole = [[0] * len(switches), [0] * len(switches)] if counted else None
         for node in nodes:
             self.update(node)
 
     def update(self, node: NodeGpus) -> None:
         key = (node.free.bit_count(), (node.free & ~node.held).bit_count())
-        if self._at.get(node.pos) == key:
+        old = self._at.get(node.pos)
+        if old == key:
             return
+        if self._whole is not None:
+            i, top = self._switch[node.pos], self._top
+            for d in (0, 1):  # unheld whole nodes, all whole nodes
+                self._whole[d][i] += (key[1 - d] == top) - (old is not None and old[1 - d] == top)
         self._at[node.pos] = key
         file = self._files.get(key)
         if file is None:
@@ -156,6 +169,11 @@ class FreeIndex:
                 if pos is not None and (best is None or pos < best):
                     best = pos
         return best
+
+    def whole(self, displace: bool) -> list[int] | None:
+        """Per switch, how many nodes have every GPU free (with `displace`; else free and
+        unheld); None where the pool's nodes differ in size."""
+        return None if self._whole is None else self._whole[displace]
 
     def largest(self) -> int:
         return max((key[0] for key in list(self._files) if self._first_in(key) is not None),

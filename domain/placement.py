@@ -93,10 +93,10 @@ class CyclePlacement:
         # Big pools are searched through an index; small ones are scanned (cheaper there).
         self._indexes: dict[str | None, FreeIndex] = {}
         if len(nodes) >= index_from:
-            self._indexes[None] = FreeIndex(nodes)
-        for pool, (members, _) in self._pools.items():
+            self._indexes[None] = FreeIndex(nodes, self._switches)
+        for pool, (members, switches) in self._pools.items():
             if len(members) >= index_from:
-                self._indexes[pool] = FreeIndex(members)
+                self._indexes[pool] = FreeIndex(members, switches)
         # Running jobs' GPUs, as bound between cycles (None: GPUs that no longer exist).
         self._bound: dict[str, GpuSlots] = {}
         self._bound_at: dict[str, list[tuple[NodeGpus, int]] | None] = {}
@@ -384,7 +384,12 @@ class CyclePlacement:
         if best is not None:
             return ((best.node_id, best.take(gpus)),)
         wide = gpus > self._nodes[0].size if self._topo.uniform else None  # for every switch
-        for members in switches:
+        # Indexed, a switch without enough whole nodes is passed over unread.
+        whole = None if index is None or not wide else index.whole(displace)
+        need = gpus // self._nodes[0].size if whole is not None else 0
+        for s, members in enumerate(switches):
+            if whole is not None and whole[s] < need:
+                continue
             if wide if wide is not None else all(n.size < gpus for n in members):
                 slots = self._multi_node(members, gpus, displace)
                 if slots is not None:

@@ -1,0 +1,42 @@
+"""`FreeIndex` (domain/free_gpus.py): the per-switch count of whole nodes, which lets a wide
+gang pass over a switch unread, matches a recount after any sequence of node changes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from domain.free_gpus import FreeIndex, NodeGpus
+
+
+def switches_of(sizes: list[list[int]]) -> list[list[NodeGpus]]:
+    pos = iter(range(10**6))
+    return [[NodeGpus(f"s{s}n{k}", f"sw{s}", size, (1 << size) - 1, 0, "A", (), next(pos))
+             for k, size in enumerate(group)] for s, group in enumerate(sizes)]
+
+
+def recount(switches: list[list[NodeGpus]], displace: bool) -> list[int]:
+    return [sum((n.free if displace else n.free & ~n.held) == (1 << n.size) - 1 for n in group)
+            for group in switches]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_whole_nodes_per_switch_match_a_recount(seed: int) -> None:
+    rng = random.Random(seed)
+    switches = switches_of([[4] * rng.randint(1, 4) for _ in range(rng.randint(1, 4))])
+    nodes = [n for group in switches for n in group]
+    index = FreeIndex(nodes, switches)
+    for _ in range(60):
+        node = rng.choice(nodes)
+        node.free = rng.getrandbits(node.size) if rng.random() < 0.7 else (1 << node.size) - 1
+        node.held = rng.getrandbits(node.size) & node.free if rng.random() < 0.5 else 0
+        index.update(node)
+        for displace in (False, True):
+            assert index.whole(displace) == recount(switches, displace), (seed, displace)
+
+
+def test_nodes_of_several_sizes_are_not_counted() -> None:
+    switches = switches_of([[4, 8]])
+    index = FreeIndex([n for group in switches for n in group], switches)
+    assert index.whole(True) is None and index.whole(False) is None
