@@ -16,7 +16,6 @@ from policies.base import (
     RunningJobs,
     Snapshot,
     Stream,
-    any_type,
     greedy_fill,
     status_for_waiting,
 )
@@ -208,12 +207,10 @@ class OrderedPolicy(Policy):
             return None  # they cannot all fit: some would displace running jobs, or wait
         plan = greedy_fill(self.streams([]), snap.jobs, fit, self.name)
         left_out = []
-        for gpus, bucket, n in ahead:
-            for item in bucket.islice(0, n):
-                if item[1] not in plan.run:
-                    left_out.append((item, gpus))
-                    if not proves or any_type(snap.jobs[item[1]].spec):
-                        break  # the full walk tries no later waiting job of this size
+        for gpus, bucket, n in ahead:  # the first left out of each size: see `_left_out_alike`
+            item = next((it for it in bucket.islice(0, n) if it[1] not in plan.run), None)
+            if item is not None:
+                left_out.append((item, gpus))
         if left_out and not (proves and self._left_out_alike(snap, fit, left_out)):
             return None
         plan.stay = True
@@ -222,10 +219,10 @@ class OrderedPolicy(Policy):
     def _left_out_alike(self, snap: Snapshot, fit: Fitter,
                         left_out: list[tuple[tuple[Key, str], int]]) -> bool:
         """Whether the full walk would leave out these waiting jobs too (the first of each GPU
-        count left out ahead of the last running job; the rest of that count follow it), and
-        so keep every running job where it is. A job left out there fails even where it may
-        displace the running jobs behind it, or comes after a smaller gang that failed (a
-        monotone fit then skips it)."""
+        count left out ahead of the last running job), and so keep every running job where it
+        is. A job left out there fails even where it may displace the running jobs behind it,
+        or comes after a gang no wider that failed: a monotone fit then skips it, and every
+        later job as wide, in either walk."""
         smallest = None
         for item, gpus in sorted(left_out):
             if smallest is not None and gpus >= smallest:
