@@ -1,5 +1,5 @@
 """One cycle's free GPUs per node as bitmasks, and an index that finds the tightest node
-with room for a gang without scanning every node."""
+with room for a gang (and the switches with enough whole nodes) without scanning every node."""
 
 from __future__ import annotations
 
