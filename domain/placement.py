@@ -287,9 +287,19 @@ class CyclePlacement:
         if gpus <= size:  # one node must hold it: none has room (untouched ones as they are)
             return (self.largest_block() < gpus
                     and all(nodes[pos].n_free + extra < gpus for pos, extra in room.items()))
-        # Whole nodes under one switch (and a remainder): no switch has enough.
-        return all(sum(n.n_free + room.get(n.pos, 0) == size for n in group) < gpus // size
-                   for group in self._switches)
+        # Whole nodes under one switch (and a remainder): no switch has enough. A node given
+        # room is not whole now; counted as whole with it, beside the index's whole nodes.
+        gained: dict[str, int] = {}
+        for pos, extra in room.items():
+            if nodes[pos].n_free + extra == size:
+                gained[nodes[pos].switch] = gained.get(nodes[pos].switch, 0) + 1
+        free_index = self._indexes.get(None)
+        if free_index is not None:
+            self._flush()
+        whole = None if free_index is None else free_index.whole(True)
+        return all((whole[i] if whole is not None else sum(n.n_free == size for n in group))
+                   + gained.get(group[0].switch, 0) < gpus // size
+                   for i, group in enumerate(self._switches))
 
     # -- placement -------------------------------------------------------------------------
     def try_place(self, job_id: str, gpus: int, gpu_type: str | None = None,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from domain.placement import CyclePlacement
+from domain.placement import INDEX_FROM, CyclePlacement
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from tests.builders import cluster
@@ -18,9 +18,10 @@ from tests.domain.test_placement import gpus_of, random_cluster, random_previous
 
 
 def in_place(cl: ClusterSpec, running: Mapping[str, GpuSlots], scheme: str = "consolidated",
-             new: tuple[int, ...] = ()) -> CyclePlacement:
-    """A cycle opened in place over `running`, having placed new gangs of the sizes `new`."""
-    fit = CyclePlacement(cl, scheme, running)  # type: ignore[arg-type]
+             new: tuple[int, ...] = (), index_from: int = INDEX_FROM) -> CyclePlacement:
+    """A cycle opened in place over `running`, having placed new gangs of the sizes `new`
+    (`index_from` 1: through the free-GPU index, whose switch counts it may read)."""
+    fit = CyclePlacement(cl, scheme, running, index_from=index_from)  # type: ignore[arg-type]
     fit.next_cycle(in_place=True)
     for k, g in enumerate(new):
         assert fit.try_place(f"new{k}", g) is not None
@@ -49,9 +50,11 @@ RUNNING = {"short": on("n0", 0, 1, 2, 3, 4, 5),
     # GPUs placed this cycle count as room: the walk in full may reach the gang first.
     pytest.param(3, [], (3,), False, id="gpus-placed-this-cycle-count-as-room"),
 ])
+@pytest.mark.parametrize("index_from", [1, INDEX_FROM], ids=["indexed", "scanned"])
 def test_a_gang_is_blocked_only_where_no_displacing_fit_exists(
-        gpus: int, victims: list[str], new: tuple[int, ...], blocked: bool) -> None:
-    fit = in_place(cluster(4, 8, 2), RUNNING, new=new)
+        gpus: int, victims: list[str], new: tuple[int, ...], blocked: bool,
+        index_from: int) -> None:
+    fit = in_place(cluster(4, 8, 2), RUNNING, new=new, index_from=index_from)
     assert fit.blocked_displacing(gpus, victims) is blocked
 
 
@@ -85,9 +88,10 @@ def full_walk_blocks(cl: ClusterSpec, scheme: str, running: Mapping[str, GpuSlot
     return blocked, kept
 
 
+@pytest.mark.parametrize("index_from", [1, INDEX_FROM], ids=["indexed", "scanned"])
 @pytest.mark.parametrize("scheme", ["consolidated", "count"])
 def test_a_gang_proven_blocked_is_blocked_by_the_full_walk_and_its_victims_kept(
-        scheme: str) -> None:
+        scheme: str, index_from: int) -> None:
     proven = 0
     for seed in range(400):
         rng = random.Random(seed)
@@ -97,7 +101,7 @@ def test_a_gang_proven_blocked_is_blocked_by_the_full_walk_and_its_victims_kept(
         rng.shuffle(order)
         cut = rng.randint(0, len(order))
         ahead, victims = order[:cut], order[cut:]
-        fit = in_place(cl, running, scheme)
+        fit = in_place(cl, running, scheme, index_from=index_from)
         for k in range(rng.randint(0, 4)):
             fit.try_place(f"new{k}", rng.randint(1, max(1, fit.free_gpus)))
         gpus = rng.randint(1, cl.total_gpus)
