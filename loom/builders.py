@@ -21,7 +21,7 @@ from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
 from services.nodeagent.agent import DEFAULT_GRACE_S, TrainerNodeCore, TrainerSettings
 from services.nodeagent.gpu import FakeBackend, FakeFaults, GpuBackend, detect_backend
-from services.nodeagent.simnode import SimNodeCore
+from services.nodeagent.simfleet import SimNodeCore
 from services.placer.core import PlacerCore
 from services.runtime.nats_auth import NatsAuth
 from services.runtime.service import Core

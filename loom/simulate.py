@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from domain.overhead import OverheadModel
 from loom.eventlog import EventLogWriter, RunInfo
 from loom.versions import running_versions
 from schemas.cluster import ClusterSpec
@@ -24,7 +25,7 @@ from schemas.throughputs import ThroughputTable
 from services.injector.core import InjectorCore
 from services.metrics.core import MetricsCore
 from services.metrics.outcomes import JobOutcome
-from services.nodeagent.simnode import SimNodeCore
+from services.nodeagent.simfleet import SimFleetCore
 from services.placer.core import PlacerCore
 from services.runtime.bus import Bus, MemoryBus
 from services.runtime.clock import VirtualClock
@@ -100,7 +101,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
         bus = RecordingBus(bus, writer, clock.now)
     metrics = MetricsCore(cfg.cluster.total_gpus, overhead)
     cores: list[Core] = [metrics, scheduler, PlacerCore(cfg.cluster)]
-    cores += [SimNodeCore(node, overhead, cfg.profile) for node in cfg.cluster.nodes]
+    cores += simulated_nodes(cfg.cluster, overhead, cfg.profile)
     injector = InjectorCore(cfg.jobs)
     cores.append(injector)  # last: everything it feeds is subscribed by then
     shells = [Shell(core, bus, clock, run_id=f"sim{cfg.seed}") for core in cores]
@@ -161,6 +162,13 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
     })
     return SimResult(summary=summary, jobs=list(metrics.jobs.values()),
                      utilisation=metrics.utilisation_over_time(kernel.now))
+
+
+def simulated_nodes(cluster: ClusterSpec, overhead: OverheadModel,
+                    profile: ThroughputTable | None) -> list[Core]:
+    """The cluster's nodes as one fleet service: a cycle is taken once for all of them, not
+    once per node (see `services.nodeagent.simfleet`)."""
+    return [SimFleetCore(cluster.nodes, overhead, profile)]
 
 
 @contextlib.contextmanager

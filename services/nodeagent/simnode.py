@@ -4,73 +4,68 @@ Jobs that share GPUs (Muri's interleaving) each run at the group's interleaved i
 (`overhead.job_rates`).
 
 Only the first node of a job's placement (its leader) accounts progress and reports the finish;
-the other nodes of a gang just hold their GPUs. At each scheduling cycle the node closes every
+the other nodes of a gang just hold their GPUs. At each scheduling cycle a node closes every
 running job's interval (charging the model's per-event cost) and re-arms the job's completion
 timer: completion = now + remaining iterations × iteration time, as the Muri and Tiresias
 simulators predict it. When it stops a job it reports the progress the job had reached.
 
-It does so lazily, with the same arithmetic in the same order: a cycle is logged (and the
-places its re-arms would take among same-instant work reserved), and a run is charged the
-cycles logged since it was last charged when its timer comes up (a cycle only moves a finish
-later), when it stops, or every `CATCH_UP_CYCLES` cycles (which bounds the log). A timer that
-comes up early is set again where the last cycle would have put it (`SetTimer.order`), so
-runs that finish at one instant finish in the order eager re-arms gave them.
+It does so lazily, with the same arithmetic in the same order: the cycles are kept in a
+`CycleLog` (shared by the nodes of a fleet, `services.nodeagent.simfleet`), and a run is
+charged the cycles logged since it was last charged when its timer comes up (a cycle only
+moves a finish later), when it stops, or when the fleet catches every run up.
 
 A job that replays a trace's failures (`JobSpec.fail_at`) fails on cue: its timer is set to
 the earlier of its next unreached failure mark and its end, and at a mark the node reports the
 run failed there, a recorded failure (for good at a mark equal to its iterations).
+
+`SimNode` is one node's state machine; it returns effects as a core does, and its fleet core
+carries them out.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from domain import causes
 from domain.overhead import OverheadModel, job_rates, progress_segments
-from domain.progress import CATCH_UP_CYCLES, RunProgress
+from domain.progress import RunProgress
 from schemas import subjects
 from schemas.cluster import NodeSpec
-from schemas.events import (
-    CycleStarted,
-    Envelope,
-    JobFinished,
-    Launch,
-    NodeCommand,
-    NodeStatus,
-    gpu_count,
-)
+from schemas.events import JobFinished, Launch, NodeCommand, NodeStatus, gpu_count
 from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.gate import CommandGate
-from services.runtime.bus import Interest
-from services.runtime.effects import (
-    PRIORITY_INPUT,
-    CancelTimer,
-    Effect,
-    Publish,
-    ReserveOrder,
-    SetTimer,
-    SetTimers,
-)
-from services.runtime.logging import get_logger
-from services.runtime.service import CoreDefaults, Recorded, Subscribe
+from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
 
-log = get_logger("loom.nodeagent")
+
+def finish_key(node_id: str, job_id: str) -> tuple[str, str, str]:
+    """The key of a run's finish timer: a job may lead on two nodes of a fleet for a moment
+    (launched on one before the other's stop arrives)."""
+    return ("finish", node_id, job_id)
 
 
 @dataclass(slots=True)
-class _Run:
+class CycleLog:
+    """The scheduling cycles some run has not yet been charged, by time: `seen` counts every
+    cycle logged, `times` holds the last `len(times)` of them."""
+
+    times: list[float] = field(default_factory=list)
+    seen: int = 0
+
+    def log(self, now: float) -> None:
+        self.times.append(now)
+        self.seen += 1
+
+
+@dataclass(slots=True)
+class NodeRun:
     spec: JobSpec
     leader: bool
     progress: RunProgress
     fail_at: float | None = None  # the recorded failure mark this run ends at (None: none)
-    synced: int = 0  # the node's cycles charged to it, counted from the node's first
-    key: tuple[str, str] = field(init=False)  # its finish timer's, made once
-
-    def __post_init__(self) -> None:
-        self.key = ("finish", self.spec.job_id)
+    synced: int = 0  # the fleet's cycles charged to it, counted from the fleet's first
+    key: tuple[str, str, str] = ("", "", "")  # its finish timer's (`finish_key`), made once
 
     @property
     def charged(self) -> bool:
@@ -111,152 +106,88 @@ def next_mark(spec: JobSpec, done: float) -> float | None:
     return next((mark for mark in spec.fail_at if mark > done), None)
 
 
-class SimNodeCore(CoreDefaults):
-    def __init__(self, node: NodeSpec, overhead: OverheadModel,
-                 profile: ThroughputTable | None = None) -> None:
+class SimNode:
+    """One simulated node's runs. Every cycle costs its charged runs (`order`) time; the fleet
+    logs cycles once for all its nodes and reserves their re-arms' places in one block, in
+    which this node's runs take `cycle_order`'s places (its charged runs as of the last cycle)
+    after the fleet's `offset` of the nodes before it."""
+
+    def __init__(self, node: NodeSpec, overhead: OverheadModel, profile: ThroughputTable | None,
+                 cycles: CycleLog) -> None:
         self.node = node
-        self.profile = profile  # co-located (space-shared) throughputs, if known
-        self.name = f"nodeagent-{node.node_id}"
+        self.node_id = node.node_id
         self.overhead = overhead
-        self.jobs: dict[str, _Run] = {}
+        self.profile = profile  # co-located (space-shared) throughputs, if known
+        self.cycles = cycles
+        self.producer = f"nodeagent-{node.node_id}"
+        self.jobs: dict[str, NodeRun] = {}
         self._charged: set[str] = set()  # jobs it leads that every cycle costs time
-        self._order: tuple[str, ...] = ()  # those, in the order a cycle re-arms them
-        self._cycles = Interest()  # on while `_charged` is not empty
-        self._log: list[float] = []  # the cycles not yet charged to every run, by time
-        self._seen = 0  # cycles logged so far (the log's end, as a count)
-        self._last_order: tuple[str, ...] = ()  # `_order` at the last cycle logged
-        self._reserve = ReserveOrder(0)  # what a cycle logged reserves (one per `_order`)
+        self.order: tuple[str, ...] = ()  # those, in the order a cycle re-arms them
+        self.cycle_order: tuple[str, ...] = ()  # `order` at the last cycle logged
         self.gate = CommandGate()  # re-delivered and deposed-leader commands change nothing
 
-    def _on(self, kind: str) -> str:
-        """This node's own subject for `kind` (the only node subjects it may publish)."""
-        return subjects.node_subject(self.node.node_id, kind)
+    def _publish(self, kind: str, body: JobFinished | NodeStatus) -> Publish:
+        """On this node's own subject for `kind` (the only node subjects it may publish)."""
+        return Publish(subjects.node_subject(self.node_id, kind), body, producer=self.producer)
 
-    def subscriptions(self) -> Sequence[Subscribe]:
-        commands = Subscribe(subjects.node_command(self.node.node_id))
-        # Cycle announcements only matter where an interruption costs time; without that a
-        # cycle changes nothing here, and a 100-node cluster is spared 100 deliveries a cycle.
-        if not self.overhead.charges_per_event:
-            return (commands,)
-        return (commands, Subscribe(subjects.CYCLE_STARTED, wants=self._cycles))
-
-    def _charge(self, job_id: str, charged: bool) -> None:
-        """Whether cycles cost `job_id`'s run time; the node wants cycles (`_on_cycle` would
-        change something) only while some run is so charged, so a cycle costs the nodes that
-        run jobs, not all."""
+    def charge(self, job_id: str, charged: bool) -> None:
+        """Whether cycles cost `job_id`'s run time (a new `order` where that changes it)."""
         if charged:
             self._charged.add(job_id)
-        else:
+        elif job_id in self._charged:
             self._charged.discard(job_id)
-        self._order = tuple(j for j in self.jobs if j in self._charged)
-        self._reserve = ReserveOrder(len(self._order))
-        if not self._order:
-            self._log.clear()  # every run was charged every cycle it saw
-        self._cycles.set(bool(self._charged))
+        else:
+            return
+        self.order = tuple(j for j in self.jobs if j in self._charged)
 
-    def history_subjects(self) -> Sequence[str]:
-        node = self.node.node_id
-        return (subjects.node_command(node), subjects.node_subject(node, subjects.FINISHED),
-                *([subjects.CYCLE_STARTED] if self.overhead.charges_per_event else []))
-
-    def rebuild(self, history: Sequence[Recorded], now: float) -> list[Effect]:
-        """The node is deterministic in its commands (with the time they were sent): replay
-        them with the effects dropped (they were carried out), forget the jobs it reported
-        finished, and re-arm the finish timers of the rest."""
-        node = self.node.node_id
-        wanted = [s.subject for s in self.subscriptions()]
-        for rec in history:
-            body = rec.env.body
-            if isinstance(body, JobFinished):
-                if body.node_id == node:
-                    self._drop(body.job_id)
-                    if body.failure is None:  # a failed run's job may run here again
-                        self.gate.finish(body.job_id)
-            elif any(subjects.matches(w, rec.subject) for w in wanted):
-                if isinstance(body, NodeCommand) and body.node_id != node:
-                    continue
-                self.handle(rec.env, rec.env.occurred_at)
-        effects: list[Effect] = []
-        for run in self.jobs.values():
-            if run.leader:
-                self._catch_up(run)
-                run.advance(now, interrupted=False)
-                effects.append(run.finish_timer(now))
-        log.info("node agent rebuilt", node=node, jobs=len(self.jobs))
-        return effects
-
-    def handle(self, env: Envelope, now: float) -> list[Effect]:
-        body = env.body
-        if isinstance(body, CycleStarted):
-            return self._on_cycle(now)
-        if isinstance(body, NodeCommand):
-            cmd = self.gate.admit(body)
-            return [] if cmd is None else self._on_command(cmd, now)
-        raise TypeError(f"node agent does not handle {env.type}")
-
-    def on_timer(self, key: Hashable, now: float) -> list[Effect]:
-        assert isinstance(key, tuple) and key[0] == "finish"
-        run = self.jobs.get(key[1])
-        if run is None:
-            raise KeyError(key)  # a finish timer outlives its run only by a bug
-        if run.synced < self._seen and run.charged:
-            # Cycles since it was last charged moved its finish on: set where the last one
-            # would have set it.
-            at = self._catch_up(run)
-            return [SetTimer(run.key, at, PRIORITY_INPUT, self._last_order.index(key[1]))]
-        self._drop(key[1])
-        ended = run.ended(self.node.node_id)
-        if ended.failure is None:  # done for good; a recorded failure's job runs again
-            self.gate.finish(key[1])
-        return [Publish(self._on(subjects.FINISHED), ended)]
-
-    def _drop(self, job_id: str) -> _Run | None:
+    def drop(self, job_id: str) -> NodeRun | None:
         """Forget a run (stopped, finished): off this node and off the cycles' charge."""
-        self._charge(job_id, False)
+        self.charge(job_id, False)
         return self.jobs.pop(job_id, None)
 
-    def _on_cycle(self, now: float) -> list[Effect]:
-        # Every charged run's interval closes and its finish timer moves (see the module
-        # docstring): logged, with the places of the re-arms reserved, or all caught up.
-        order = self._order
-        if not order:  # without a per-event charge nothing changes: the timers stand
-            return []
-        self._log.append(now)
-        self._seen += 1
-        self._last_order = order
-        if len(self._log) < CATCH_UP_CYCLES:
-            return [self._reserve]
-        runs = [self.jobs[j] for j in order]
-        timers: list[tuple[Hashable, float]] = [(run.key, self._catch_up(run)) for run in runs]
-        self._log.clear()
-        return [SetTimers(timers, PRIORITY_INPUT)]
-
-    def _catch_up(self, run: _Run) -> float:
+    def catch_up(self, run: NodeRun) -> float:
         """Charge a run the cycles logged since it was last charged, each at its time, as
         each would have at its cycle; its finish as the last of them would have set it (with
         none, as of its last charge)."""
-        cycles = self._log
+        log = self.cycles
         progress = run.progress
-        if run.synced < self._seen and run.charged:
-            progress.charge(cycles, len(cycles) - (self._seen - run.synced), progress.per_event_s)
-            run.synced = self._seen
+        if run.synced < log.seen and run.charged:
+            times = log.times
+            progress.charge(times, len(times) - (log.seen - run.synced), progress.per_event_s)
+            run.synced = log.seen
         return progress.finish_at(progress.at, run.fail_at)
 
-    def _on_command(self, cmd: NodeCommand, now: float) -> list[Effect]:
+    def on_finish_timer(self, job_id: str, offset: int) -> list[Effect]:
+        """The run's timer came up: early (cycles since its last charge moved its finish on:
+        set again where the last one would have set it, `offset` places into the fleet's
+        block), or at its end."""
+        run = self.jobs.get(job_id)
+        if run is None:
+            raise KeyError(job_id)  # a finish timer outlives its run only by a bug
+        if run.synced < self.cycles.seen and run.charged:
+            at = self.catch_up(run)
+            return [SetTimer(run.key, at, PRIORITY_INPUT, offset + self.cycle_order.index(job_id))]
+        self.drop(job_id)
+        ended = run.ended(self.node_id)
+        if ended.failure is None:  # done for good; a recorded failure's job runs again
+            self.gate.finish(job_id)
+        return [self._publish(subjects.FINISHED, ended)]
+
+    def on_command(self, cmd: NodeCommand, now: float) -> list[Effect]:
         effects: list[Effect] = []
         stopped: dict[str, float] = {}
         for stop in cmd.stops:
             run = self.jobs.get(stop.job_id)
             if run is not None:
-                self._catch_up(run)
-            run = self._drop(stop.job_id)
+                self.catch_up(run)
+            run = self.drop(stop.job_id)
             if run is not None and run.leader:
                 run.advance(now, interrupted=False)
                 stopped[stop.job_id] = run.done()
-                effects.append(CancelTimer(("finish", stop.job_id)))
+                effects.append(CancelTimer(run.key))
         if stopped:
-            effects.append(Publish(self._on(subjects.STATUS), NodeStatus(
-                node_id=self.node.node_id, cycle=cmd.cycle, progress=stopped)))
+            effects.append(self._publish(subjects.STATUS, NodeStatus(
+                node_id=self.node_id, cycle=cmd.cycle, progress=stopped)))
         started = [self._launch(launch, now) for launch in cmd.launches]
         # Rates after every launch of the command is in: co-located jobs start together.
         for launch, run in zip(cmd.launches, started, strict=True):
@@ -266,15 +197,15 @@ class SimNodeCore(CoreDefaults):
                     run.spec, members, self.overhead, self.node.gpu_type, self.profile,
                     gpu_count(launch.placement))
                 if run.progress.per_event_s:
-                    self._charge(launch.job_id, True)
+                    self.charge(launch.job_id, True)
                 effects.append(run.finish_timer(now))
         return effects
 
-    def _launch(self, launch: Launch, now: float) -> _Run:
+    def _launch(self, launch: Launch, now: float) -> NodeRun:
         spec = launch.spec
         gpus = gpu_count(launch.placement)
-        leader = launch.placement[0][0] == self.node.node_id
-        run = _Run(spec=spec, leader=leader, progress=RunProgress(
+        leader = launch.placement[0][0] == self.node_id
+        run = NodeRun(spec=spec, leader=leader, progress=RunProgress(
             total=spec.iterations,
             remaining=spec.iterations - launch.iterations_done,
             at=now,
@@ -283,7 +214,8 @@ class SimNodeCore(CoreDefaults):
             per_event_s=self.overhead.per_event(spec),
             segments=progress_segments(spec, launch.placement, launch.adaptive_batch,
                                        launch.iterations_done) if leader else None,
-        ), fail_at=next_mark(spec, launch.iterations_done), synced=self._seen)
+        ), fail_at=next_mark(spec, launch.iterations_done), synced=self.cycles.seen,
+            key=finish_key(self.node_id, spec.job_id))
         self.jobs[spec.job_id] = run
-        self._charge(spec.job_id, False)  # until its rates say otherwise
+        self.charge(spec.job_id, False)  # until its rates say otherwise
         return run

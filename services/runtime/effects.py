@@ -17,6 +17,9 @@ class Publish:
     subject: str
     body: BaseModel
     event_id: str | None = None  # None: the shell numbers it; set it to make a publish idempotent
+    # None: the core's name. A core that carries several producers' state machines (a fleet
+    # of simulated nodes) publishes each one's messages under its own name and numbering.
+    producer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

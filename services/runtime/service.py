@@ -107,8 +107,8 @@ class Shell:
         self.bus = bus
         self.clock = clock
         self.name = core.name
-        self._prefix = f"{run_id}.{core.name}."
-        self._n = 0
+        self._run_id = run_id
+        self._numbered: dict[str, int] = {}  # producer → the events it has numbered
         self._timers: dict[Hashable, TimerHandle] = {}
         self._reserved = 0  # the place before the block of order its core last reserved
         self.log = get_logger(f"loom.{core.name}")
@@ -148,22 +148,25 @@ class Shell:
         with contextlib.suppress(Exception):  # a broken log sink must never stop a service
             getattr(self.log, level)(event, **fields)
 
-    def _wrap(self, body: object, event_id: str | None, cause: str | None) -> Envelope:
+    def _wrap(self, body: object, event_id: str | None, cause: str | None,
+              producer: str | None = None) -> Envelope:
+        name = self.name if producer is None else producer
         if event_id is None:
-            self._n += 1
-            event_id = f"{self._prefix}{self._n}"
+            n = self._numbered[name] = self._numbered.get(name, 0) + 1
+            event_id = f"{self._run_id}.{name}.{n}"
         return envelope(
             body,  # type: ignore[arg-type]
             event_id=event_id,
             occurred_at=self.clock.now(),
-            producer=self.name,
+            producer=name,
             causation_id=cause,
         )
 
     async def apply(self, effects: list[Effect], cause: str | None) -> None:
         for eff in effects:
             if type(eff) is Publish:
-                await self.bus.publish(eff.subject, self._wrap(eff.body, eff.event_id, cause))
+                await self.bus.publish(eff.subject, self._wrap(eff.body, eff.event_id, cause,
+                                                                  eff.producer))
             elif type(eff) is SetTimer:
                 if eff.order is None:
                     self._set_timers(((eff.key, eff.at),), eff.priority)

@@ -16,7 +16,7 @@ from schemas.cluster import ClusterSpec
 from schemas.events import Envelope
 from schemas.job import JobSpec
 from services.metrics.core import MetricsCore
-from services.nodeagent.simnode import SimNodeCore
+from services.nodeagent.simfleet import SimNodeCore
 from services.placer.core import PlacerCore
 from services.runtime.bus import Bus, BusStats, Decoder, Handler, Wants, decode_any
 from services.runtime.clock import VirtualClock

@@ -13,7 +13,7 @@ from domain.overhead import parse_overhead
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import Envelope, JobFinished, Launch, NodeCommand, envelope
-from services.nodeagent.simnode import SimNodeCore
+from services.nodeagent.simfleet import SimNodeCore
 from services.runtime.clock import WallClock
 from services.runtime.history import recover
 from services.runtime.nats_live import NatsLiveBus

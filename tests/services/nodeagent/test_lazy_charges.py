@@ -1,6 +1,7 @@
-"""Simulated nodes charge cycles lazily (services/nodeagent/simnode.py) and decide exactly as
-nodes that charge every run at every cycle: the same runs, bit for bit, with jobs that finish
-at one instant (copies of one job, launched together) finishing in the same order."""
+"""Simulated nodes charge cycles lazily (services/nodeagent/simnode.py), in one fleet that takes
+each cycle once (services/nodeagent/simfleet.py), and decide exactly as nodes that charge every
+run at every cycle: the same runs, bit for bit, with jobs that finish at one instant (copies
+of one job, launched together) finishing in the same order."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.job import JobSpec
-from services.nodeagent import simnode
-from services.nodeagent.simnode import SimNodeCore
+from services.nodeagent import simfleet
+from services.nodeagent.simfleet import SimFleetCore
 from services.runtime.effects import PRIORITY_INPUT, Effect, SetTimers
 from tests.builders import cluster, make_job, simulate
 
@@ -35,20 +36,22 @@ def _run(jobs: list[JobSpec], policy: str, nodes: int) -> tuple[object, ...]:
     return s["decision_digest"], s["events"], s["cycles"], s["avg_jct_s"]
 
 
-def _eager_cycle(self: SimNodeCore, now: float) -> list[Effect]:
-    """The node as it was: every charged run advanced and its timer moved, at every cycle."""
+def _eager_cycle(self: SimFleetCore, now: float) -> list[Effect]:
+    """The nodes as they were: every charged run advanced and its timer moved, at every
+    cycle, node by node."""
     timers: list[tuple[Hashable, float]] = []
-    for run in self.jobs.values():
-        progress = run.progress
-        if run.leader and progress.per_event_s:
-            progress.advance(now, progress.per_event_s)
-            timers.append((run.key, progress.finish_at(now, run.fail_at)))
+    for node in self.members:
+        for run in node.jobs.values():
+            progress = run.progress
+            if run.leader and progress.per_event_s:
+                progress.advance(now, progress.per_event_s)
+                timers.append((run.key, progress.finish_at(now, run.fail_at)))
     return [SetTimers(timers, PRIORITY_INPUT)] if timers else []
 
 
 def _eager(jobs: list[JobSpec], policy: str, nodes: int) -> tuple[object, ...]:
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(SimNodeCore, "_on_cycle", _eager_cycle)
+        m.setattr(SimFleetCore, "_on_cycle", _eager_cycle)
         return _run(jobs, policy, nodes)
 
 
@@ -59,6 +62,6 @@ def test_lazy_charges_decide_as_eager_ones(rows: list[tuple[int, int, int, int]]
                                            nodes: int, catch_up: int) -> None:
     jobs = _jobs(rows)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(simnode, "CATCH_UP_CYCLES", catch_up)
+        m.setattr(simfleet, "CATCH_UP_CYCLES", catch_up)
         lazy = _run(jobs, policy, nodes)
     assert lazy == _eager(jobs, policy, nodes)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.overhead import parse_overhead
+from domain.progress import CATCH_UP_CYCLES
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import (
@@ -19,7 +20,7 @@ from schemas.events import (
     envelope,
 )
 from schemas.job import JobSpec
-from services.nodeagent.simnode import CATCH_UP_CYCLES, SimNodeCore
+from services.nodeagent.simfleet import SimNodeCore
 from services.runtime.effects import (
     CancelTimer,
     Effect,
@@ -60,7 +61,7 @@ def _launch(spec, placement=(("n0", (0, 1)),), done: float = 0.0) -> Launch:  # 
 def test_launch_arms_the_finish_timer(overhead: str, expected_finish: float) -> None:
     core = SimNodeCore(NODE, parse_overhead(overhead))
     (timer,) = _cmd(core, 0.0, [_launch(make_job("a").gpus(2).runs_for(100).build())])
-    assert isinstance(timer, SetTimer) and timer.key == ("finish", "a")
+    assert isinstance(timer, SetTimer) and timer.key == ("finish", "n0", "a")
     assert timer.at == pytest.approx(expected_finish)
 
 
@@ -73,12 +74,12 @@ def test_muri_charges_every_interrupting_cycle_per_model() -> None:
     (armed,) = _cmd(core, 0.0, [_launch(spec)])
     assert isinstance(armed, SetTimer) and armed.at == pytest.approx(1015.0)
     assert _cycle(core, 100.0) == [ReserveOrder(1)]
-    (again,) = core.on_timer(("finish", "a"), armed.at)
+    (again,) = core.on_timer(("finish", "n0", "a"), armed.at)
     # 100 s elapsed, 39 s lost: 61 s of progress at 1.015 s per iteration.
     remaining = 1000 - 61 / 1.015
-    assert isinstance(again, SetTimer) and again.key == ("finish", "a") and again.order == 0
+    assert isinstance(again, SetTimer) and again.key == ("finish", "n0", "a") and again.order == 0
     assert again.at == pytest.approx(100.0 + remaining * 1.015)
-    (done,) = core.on_timer(("finish", "a"), again.at)  # no cycle since: it finishes
+    (done,) = core.on_timer(("finish", "n0", "a"), again.at)  # no cycle since: it finishes
     assert isinstance(done, Publish) and isinstance(done.body, JobFinished)
 
 
@@ -104,7 +105,7 @@ def test_runs_charged_lazily_come_to_what_a_run_by_run_accounting_gives(
     expected: dict[str, float] = {}
     now = 0.0
     with pytest.MonkeyPatch.context() as m:
-        m.setattr("services.nodeagent.simnode.CATCH_UP_CYCLES", catch_up)
+        m.setattr("services.nodeagent.simfleet.CATCH_UP_CYCLES", catch_up)
         for n, gap in enumerate(gaps, start=1):
             now += gap
             for jid, twin in eager.items():
@@ -115,16 +116,16 @@ def test_runs_charged_lazily_come_to_what_a_run_by_run_accounting_gives(
                 assert effect == ReserveOrder(len(eager))
             else:
                 assert isinstance(effect, SetTimers)
-                assert list(effect.timers) == [(("finish", j), expected[j]) for j in eager]
+                assert list(effect.timers) == [(("finish", "n0", j), expected[j]) for j in eager]
     first = next(iter(eager))
     stopped = _cmd(core, now, stops=[Stop(job_id=first, reason="preempted")])
     (status,) = [e.body for e in stopped if isinstance(e, Publish)]
     eager[first].advance(now, interrupted=False)
     assert isinstance(status, NodeStatus) and status.progress == {first: eager[first].done()}
     for order, jid in list(enumerate(eager))[1:]:  # places as the last cycle ordered them
-        fired = core.on_timer(("finish", jid), now)
+        fired = core.on_timer(("finish", "n0", jid), now)
         if len(gaps) % catch_up:
-            assert fired == [SetTimer(("finish", jid), expected[jid], order=order)]
+            assert fired == [SetTimer(("finish", "n0", jid), expected[jid], order=order)]
         else:  # caught up at the last cycle: the timer stands, and its run ends
             assert isinstance(fired[0], Publish)
 
@@ -141,7 +142,7 @@ def test_stop_reports_progress_and_cancels_the_timer() -> None:
     core = SimNodeCore(NODE, parse_overhead("none"))
     _cmd(core, 0.0, [_launch(make_job("a").runs_for(100).build(), done=20.0)])
     eff = _cmd(core, 30.0, stops=[Stop(job_id="a", reason="preempted")])
-    assert CancelTimer(("finish", "a")) in eff
+    assert CancelTimer(("finish", "n0", "a")) in eff
     (status,) = [e.body for e in eff if isinstance(e, Publish)]
     assert isinstance(status, NodeStatus) and status.progress == {"a": 50.0}
     assert core.jobs == {}
@@ -150,7 +151,7 @@ def test_stop_reports_progress_and_cancels_the_timer() -> None:
 def test_finish_timer_reports_the_job_done() -> None:
     core = SimNodeCore(NODE, parse_overhead("none"))
     _cmd(core, 0.0, [_launch(make_job("a").runs_for(10).build())])
-    (pub,) = core.on_timer(("finish", "a"), 10.0)
+    (pub,) = core.on_timer(("finish", "n0", "a"), 10.0)
     assert isinstance(pub, Publish) and pub.body == JobFinished(job_id="a", node_id="n0",
                                                                 iterations_done=10.0)
 
@@ -201,7 +202,7 @@ def test_a_node_wants_a_cycle_exactly_when_the_cycle_would_cost_a_run_of_it_time
         elif action == "stop" and job in core.jobs:
             _cmd(core, now, stops=[Stop(job_id=job, reason="preempted")])
         elif action == "finish" and job in core.jobs and core.jobs[job].leader:
-            core.on_timer(("finish", job), now)
+            core.on_timer(("finish", "n0", job), now)
         charged = any(r.leader and r.progress.per_event_s for r in core.jobs.values())
         assert _wants_cycle(core) == charged
         if not charged:
@@ -246,7 +247,7 @@ def test_a_run_fails_at_its_next_recorded_mark(
     core = SimNodeCore(NODE, parse_overhead("none"))
     timer = _timer(_cmd(core, 0.0, [_launch(_failing(marks), done=done)]))
     assert timer.at == pytest.approx(timer_at)
-    ended = _ended(core.on_timer(("finish", "a"), timer.at))
+    ended = _ended(core.on_timer(("finish", "n0", "a"), timer.at))
     if reported is None:
         assert ended == JobFinished(job_id="a", node_id="n0", iterations_done=100.0)
         return
@@ -259,9 +260,9 @@ def test_a_run_fails_at_its_next_recorded_mark(
 def test_a_recorded_failure_lets_the_job_run_here_again_a_completion_does_not() -> None:
     core = SimNodeCore(NODE, parse_overhead("none"))
     _cmd(core, 0.0, [_launch(_failing((30.0,)))])
-    core.on_timer(("finish", "a"), 30.0)
+    core.on_timer(("finish", "n0", "a"), 30.0)
     timer = _timer(_cmd(core, 40.0, [_launch(_failing((30.0,)), done=30.0)], cycle=2))
-    core.on_timer(("finish", "a"), timer.at)  # completed
+    core.on_timer(("finish", "n0", "a"), timer.at)  # completed
     assert _cmd(core, 200.0, [_launch(_failing((30.0,)), done=0.0)], cycle=3) == []
 
 
@@ -281,7 +282,7 @@ def test_a_run_stopped_at_its_mark_reports_just_short_of_it() -> None:
     assert done < 30.0 and done == pytest.approx(30.0)
     timer = _timer(_cmd(core, 40.0, [_launch(_failing((30.0, 70.0)), done=done)], cycle=3))
     assert timer.at == pytest.approx(40.0)
-    ended = _ended(core.on_timer(("finish", "a"), timer.at))
+    ended = _ended(core.on_timer(("finish", "n0", "a"), timer.at))
     assert ended.iterations_done == 30.0 and ended.failure is not None
 
 
@@ -316,7 +317,7 @@ def test_a_job_with_marks_runs_exactly_its_recorded_time_before_its_outcome(
             useful += max(0.0, stop_at - ready)
             done, now = _progress(stopped)["a"], stop_at
             continue
-        ended = _ended(core.on_timer(("finish", "a"), timer.at))
+        ended = _ended(core.on_timer(("finish", "n0", "a"), timer.at))
         useful += timer.at - ready
         now, done = timer.at, ended.iterations_done
         if ended.failure is None:

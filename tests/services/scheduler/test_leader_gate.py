@@ -16,7 +16,7 @@ from schemas.events import (
     envelope,
 )
 from services.nodeagent.gate import CommandGate
-from services.nodeagent.simnode import SimNodeCore
+from services.nodeagent.simfleet import SimNodeCore
 from services.runtime.effects import Publish, SetTimer
 from tests.builders import make_job
 
@@ -117,7 +117,7 @@ def test_sim_node_finishes_a_redelivered_job_once() -> None:
     (timer,) = deliver(cmd(0, 1, ("a",)), 0.0)
     assert isinstance(timer, SetTimer) and timer.at == 100.0
     assert deliver(cmd(0, 1, ("a",)), 50.0) == []  # progress is not reset
-    (done,) = core.on_timer(("finish", "a"), 100.0)
+    (done,) = core.on_timer(("finish", "n0", "a"), 100.0)
     assert isinstance(done, Publish) and isinstance(done.body, JobFinished)
     assert deliver(cmd(0, 1, ("a",)), 120.0) == []  # after the finish: never again
     assert core.jobs == {}
