@@ -168,11 +168,13 @@ class SimFleetCore(CoreDefaults):
         self.cycles.log(now)
         if len(self.cycles.times) < CATCH_UP_CYCLES:
             return [ReserveOrder(counts.total)]
-        timers: list[tuple[Hashable, float]] = []
+        runs: list[NodeRun] = []
         for member, n in zip(self.members, self._now, strict=True):
             if n:
-                runs: list[NodeRun] = [member.jobs[j] for j in member.order]
-                timers += [(run.key, member.catch_up(run)) for run in runs]
+                runs += [member.jobs[j] for j in member.order]
+        self.cycles.charge_all(runs)
+        timers: list[tuple[Hashable, float]] = [
+            (run.key, run.progress.finish_at(run.progress.at, run.fail_at)) for run in runs]
         self.cycles.times.clear()
         return [SetTimers(timers, PRIORITY_INPUT)]
 

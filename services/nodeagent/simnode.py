@@ -25,11 +25,12 @@ carries them out.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from domain import causes
 from domain.overhead import OverheadModel, job_rates, progress_segments
-from domain.progress import RunProgress
+from domain.progress import RunProgress, charge_many
 from schemas import subjects
 from schemas.cluster import NodeSpec
 from schemas.events import JobFinished, Launch, NodeCommand, NodeStatus, gpu_count
@@ -56,6 +57,14 @@ class CycleLog:
     def log(self, now: float) -> None:
         self.times.append(now)
         self.seen += 1
+
+    def charge_all(self, runs: Sequence[NodeRun]) -> None:
+        """Charge each charged run the cycles logged since its last charge, as one batch."""
+        seen, times = self.seen, self.times
+        due = [run for run in runs if run.synced < seen and run.charged]
+        charge_many([(run.progress, len(times) - (seen - run.synced)) for run in due], times)
+        for run in due:
+            run.synced = seen
 
 
 @dataclass(slots=True)
@@ -149,13 +158,8 @@ class SimNode:
         """Charge a run the cycles logged since it was last charged, each at its time, as
         each would have at its cycle; its finish as the last of them would have set it (with
         none, as of its last charge)."""
-        log = self.cycles
-        progress = run.progress
-        if run.synced < log.seen and run.charged:
-            times = log.times
-            progress.charge(times, len(times) - (log.seen - run.synced), progress.per_event_s)
-            run.synced = log.seen
-        return progress.finish_at(progress.at, run.fail_at)
+        self.cycles.charge_all((run,))
+        return run.progress.finish_at(run.progress.at, run.fail_at)
 
     def on_finish_timer(self, job_id: str, offset: int) -> list[Effect]:
         """The run's timer came up: early (cycles since its last charge moved its finish on:

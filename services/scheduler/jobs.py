@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from domain.progress import CATCH_UP_CYCLES, RunProgress
+from domain.progress import CATCH_UP_CYCLES, RunProgress, attained_many, charge_many
 from policies.base import JobView
 from schemas import subjects
 from schemas.causes import Cause
@@ -78,13 +78,14 @@ class JobRecord:
         run = self.run
         assert run is not None
         run.charge(times, start, run.per_event_s)
-        self.iterations_done = self.spec.iterations - run.remaining
-        attained, last = self.attained_s, self.accounted_at
-        for i in range(start, len(times)):
-            now = times[i]
-            attained += now - last
-            last = now
-        self.attained_s, self.accounted_at = attained, last
+        (attained,) = attained_many(((self.attained_s, self.accounted_at, start),), times)
+        self.charged(attained, times[-1] if start < len(times) else self.accounted_at)
+
+    def charged(self, attained: float, at: float) -> None:
+        """Its run has been charged up to `at` (a cycle), and it has `attained` seconds."""
+        assert self.run is not None
+        self.iterations_done = self.spec.iterations - self.run.remaining
+        self.attained_s, self.accounted_at = attained, at
 
     def view(self) -> JobView:
         if self.state is JobState.RUNNING:
@@ -184,8 +185,7 @@ class JobTable(Mapping[str, JobRecord]):
         self._cycles.append(now)
         self._logged += 1
         if len(self._cycles) >= CATCH_UP_CYCLES:
-            for rec in self.running.values():
-                self.sync(rec)
+            self.sync_many(self.running.values())
             self._cycles.clear()
 
     def sync(self, rec: JobRecord) -> None:
@@ -195,6 +195,23 @@ class JobTable(Mapping[str, JobRecord]):
         if behind > 0 and self.running.get(rec.spec.job_id) is rec:
             rec.catch_up(self._cycles, len(self._cycles) - behind)
         rec.synced = self._logged
+
+    def sync_many(self, recs: Iterable[JobRecord]) -> None:
+        """`sync` each of `recs`, the charges made as one batch (`charge_many`)."""
+        times, logged, running = self._cycles, self._logged, self.running
+        due: list[tuple[JobRecord, int]] = []
+        for rec in recs:
+            behind = logged - rec.synced
+            if behind > 0 and running.get(rec.spec.job_id) is rec:
+                due.append((rec, len(times) - behind))
+            rec.synced = logged
+        if not due:
+            return
+        charge_many([(rec.run, start) for rec, start in due if rec.run is not None], times)
+        attained = attained_many([(rec.attained_s, rec.accounted_at, start)
+                                  for rec, start in due], times)
+        for (rec, _), seconds in zip(due, attained, strict=True):
+            rec.charged(seconds, times[-1])
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._records

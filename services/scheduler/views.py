@@ -58,14 +58,15 @@ class ActiveViews(Mapping[str, JobView]):
 
     def make_running(self, recs: Iterable[JobRecord]) -> tuple[JobView, ...]:
         """These running jobs' views, made now where not up to date, in their order."""
-        views, fresh, sync = self._views, self._fresh, self._jobs.sync
+        views, fresh = self._views, self._fresh
+        recs = list(recs)
+        self._jobs.sync_many([rec for rec in recs if rec.spec.job_id not in fresh])
         made = []
         for rec in recs:
             job_id = rec.spec.job_id
             if job_id in fresh:
                 made.append(views[job_id])
                 continue
-            sync(rec)
             view = views[job_id] = rec.view()
             fresh.add(job_id)
             made.append(view)

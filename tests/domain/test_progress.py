@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.progress import RunProgress
+from domain import progress
+from domain.progress import RunProgress, attained_many, charge_many
 
 
 @pytest.mark.parametrize(
@@ -72,3 +73,42 @@ def test_charging_cycles_late_is_advancing_at_each_bit_for_bit(
         one_by_one.advance(now, lost)
     late.charge(times, start, lost)
     assert (late.remaining, late.at) == (one_by_one.remaining, one_by_one.at)
+
+
+_runs = st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50), st.floats(0, 100),
+                           st.floats(0, 60), st.floats(0.01, 10), st.integers(0, 9),
+                           st.booleans()), min_size=1, max_size=12)
+
+
+@pytest.mark.parametrize("batch_min", [0, 10**9], ids=["arrays", "loop"])
+@given(runs=_runs, gaps=st.lists(st.floats(0, 200), min_size=1, max_size=8))
+def test_charging_many_runs_at_once_is_charging_each_bit_for_bit(
+        batch_min: int, runs: list[tuple[float, float, float, float, float, int, bool]],
+        gaps: list[float]) -> None:
+    """`charge_many` (arrays, past `_BATCH_MIN` charges) and `attained_many` give each run
+    exactly the floats of charging it alone, whatever cycle it starts at (some past the
+    log's end), with or without progress-dependent speed."""
+    def fresh(row: tuple[float, float, float, float, float, int, bool]) -> RunProgress:
+        remaining, at, ready, lost, per, _, segmented = row
+        return RunProgress(total=100, remaining=remaining, at=at, ready_at=ready,
+                           iteration_s=per, per_event_s=lost,
+                           segments=SEGMENTS if segmented else None)
+
+    first = max(row[1] for row in runs)
+    times = [first + sum(gaps[:i + 1]) for i in range(len(gaps))]
+    alone, batched = [fresh(row) for row in runs], [fresh(row) for row in runs]
+    for run, row in zip(alone, runs, strict=True):
+        run.charge(times, row[5], run.per_event_s)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(progress, "_BATCH_MIN", batch_min)
+        charge_many([(run, row[5]) for run, row in zip(batched, runs, strict=True)], times)
+        sums = attained_many([(row[1] / 3, row[1], row[5]) for row in runs], times)
+    assert [(r.remaining, r.at) for r in batched] == [(r.remaining, r.at) for r in alone]
+    expected = []
+    for row in runs:
+        total, last = row[1] / 3, row[1]
+        for now in times[row[5]:]:
+            total += now - last
+            last = now
+        expected.append(total)
+    assert sums == expected
