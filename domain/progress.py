@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
-from numpy.typing import NDArray
 
 # Cycles logged before every running job is charged them (the scheduler's estimates and the
 # simulated nodes charge cycles lazily: see `services.scheduler.jobs` and
@@ -95,35 +95,37 @@ def charge_many(runs: Sequence[tuple[RunProgress, int]], times: Sequence[float])
     row one after another), and an interval the loop skips subtracts 0.0, which changes no
     value."""
     flat = [(run, start) for run, start in runs if run.segments is None and start < len(times)]
-    if len(flat) * len(times) < _BATCH_MIN:
+    # Only the cycles some run still owes: most were charged at the last batch.
+    first = min((start for _, start in flat), default=len(times))
+    if not flat or len(flat) * (len(times) - first) < _BATCH_MIN:
         for run, start in runs:
             run.charge(times, start, run.per_event_s)
         return
     for run, start in runs:
         if run.segments is not None:
             run.charge(times, start, run.per_event_s)
-    n, k = len(times), len(flat)
-    t = np.asarray(times, dtype=np.float64)
-    starts = np.fromiter((start for _, start in flat), dtype=np.intp, count=k)
-
-    def column(attr: str) -> NDArray[np.float64]:
-        return np.fromiter((getattr(run, attr) for run, _ in flat), dtype=np.float64,
-                           count=k)[:, None]
-
+    t = np.asarray(times[first:], dtype=np.float64)
+    n, k = len(t), len(flat)
+    starts = np.fromiter((start - first for _, start in flat), dtype=np.intp, count=k)
+    at, ready_at, lost_s, remaining, iteration_s = (
+        column[:, None] for column in np.array([_FIELDS(run) for run, _ in flat]).T)
     # The interval each cycle closes starts at the previous cycle, or the run's last charge.
     last = np.empty((k, n))
     last[:, 0] = t[0]  # (read only where a run starts later: masked below)
     last[:, 1:] = t[:-1]
-    last[np.arange(k), starts] = column("at")[:, 0]
-    useful = (t - np.maximum(last, column("ready_at"))) - column("per_event_s")
+    last[np.arange(k), starts] = at[:, 0]
+    useful = (t - np.maximum(last, ready_at)) - lost_s
     useful[np.arange(n) < starts[:, None]] = 0.0  # before the run's first cycle: nothing
     steps = np.zeros((k, n + 1))  # what is left, then what each cycle takes off it
-    steps[:, 0] = column("remaining")[:, 0]
-    np.divide(useful, column("iteration_s"), out=steps[:, 1:], where=useful > 0)
-    remaining: list[float] = np.subtract.accumulate(steps, axis=1)[:, -1].tolist()
+    steps[:, 0] = remaining[:, 0]
+    np.divide(useful, iteration_s, out=steps[:, 1:], where=useful > 0)
+    left: list[float] = np.subtract.accumulate(steps, axis=1)[:, -1].tolist()
     end = float(times[-1])
-    for (run, _), left in zip(flat, remaining, strict=True):
-        run.remaining, run.at = left, end
+    for (run, _), value in zip(flat, left, strict=True):
+        run.remaining, run.at = value, end
+
+
+_FIELDS = attrgetter("at", "ready_at", "per_event_s", "remaining", "iteration_s")
 
 
 def attained_many(attained: Sequence[tuple[float, float, int]],
@@ -133,7 +135,8 @@ def attained_many(attained: Sequence[tuple[float, float, int]],
     them one by one (`np.add.accumulate` adds along a row one after another; adding 0.0
     before the first cycle changes no sum that is not -0.0, and none is)."""
     n = len(times)
-    if len(attained) * n < _BATCH_MIN:
+    first = min((start for _, _, start in attained), default=n)
+    if not attained or len(attained) * (n - first) < _BATCH_MIN:
         out = []
         for total, last, start in attained:
             for i in range(start, n):
@@ -141,17 +144,16 @@ def attained_many(attained: Sequence[tuple[float, float, int]],
                 last = times[i]
             out.append(total)
         return out
-    t = np.asarray(times, dtype=np.float64)
-    k = len(attained)
-    starts = np.fromiter((s for _, _, s in attained), dtype=np.intp, count=k)
+    t = np.asarray(times[first:], dtype=np.float64)
+    n, k = len(t), len(attained)
     rows = np.arange(k)
+    totals, lasts, starts = np.array(attained, dtype=np.float64).T
+    starts = starts.astype(np.intp) - first
     steps = np.zeros((k, n + 1))
-    steps[:, 0] = [a for a, _, _ in attained]
+    steps[:, 0] = totals
     steps[:, 2:] = t[1:] - t[:-1]
     inside = starts < n
-    steps[rows[inside], starts[inside] + 1] = (
-        t[starts[inside]] - np.fromiter((last for _, last, _ in attained), dtype=np.float64,
-                                        count=k)[inside])
+    steps[rows[inside], starts[inside] + 1] = t[starts[inside]] - lasts[inside]
     steps[:, 1:][np.arange(n) < starts[:, None]] = 0.0
     sums: list[float] = np.add.accumulate(steps, axis=1)[:, -1].tolist()
     return sums
