@@ -112,8 +112,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     mode = "exactly" if log.source == "sim" else "structurally (live log: floats not compared)"
     skipped = (f" ({result.undecodable} undecodable inputs skipped, as the bus dead-lettered "
                "them)" if result.undecodable else "")
+    cut = "".join(f"; {k:,} {n} decisions after the log's end (a live log ends where it was "
+                  "cut: replies to its last inputs may not have been stored)"
+                  for n, k in result.cut_off.items())
     out.print(f"OK {args.log}: {len(log.records):,} messages; {checked}; all match {mode}"
-              f"{skipped}")
+              f"{skipped}{cut}")
     out.print(f"decision_digest {result.digest}")
     return 0
 

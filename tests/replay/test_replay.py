@@ -173,3 +173,24 @@ async def test_memory_and_jetstream_runs_record_the_same_log(
         await run_simulation(cfg)
     assert paths["memory"].read_bytes() == paths["nats"].read_bytes()
     assert run_replay(read_log(paths["nats"])).ok
+
+
+@pytest.mark.parametrize(("name", "diverges"), [
+    ("live-srtf-n2g2.eventlog.gz", False),  # a live stream is cut wherever it was exported
+    ("tiresias-60job.eventlog.gz", True),  # a simulation's log holds the whole run
+])
+def test_a_log_cut_before_a_reply_to_its_last_input(name: str, diverges: bool) -> None:
+    """The log stops just before the placer's last command: the fresh placer still makes it.
+    A live log reports it as past the log's end; a sim log as a decision it does not have."""
+    log = read_log(LOGS / name)
+    commands = [i for i, r in enumerate(log.records)
+                if (e := recorded_envelope(r)) is not None and isinstance(e.body, NodeCommand)]
+    result = run_replay(dataclasses.replace(log, records=log.records[:commands[-1]]))
+    if diverges:
+        d = result.divergence
+        assert d is not None and d.core == "placer" and d.record is None
+        assert d.why == "the fresh core made a decision the log does not have"
+    else:
+        assert result.ok and result.cut_off == {"placer": 1}
+        assert result.decisions["placer"] == len(commands) - 1
+    assert run_replay(log).cut_off == {}  # whole, nothing is past its end

@@ -81,6 +81,17 @@ def test_sim_log_then_replay_ok_and_altered_exit_1(
     assert "job_id: 'forged' recorded" in text
 
 
+def test_replay_cli_says_how_many_decisions_fall_after_a_live_logs_end(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = read_log(LOGS / "live-srtf-n2g2.eventlog.gz")
+    last = max(i for i, r in enumerate(log.records) if r.subject.endswith(".command"))
+    write_log(dataclasses.replace(log, records=log.records[:last]), tmp_path / "cut.eventlog")
+    capsys.readouterr()
+    assert main(["replay", str(tmp_path / "cut.eventlog")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("OK ") and "; 1 placer decisions after the log's end" in text
+
+
 def test_compare_writes_one_log_per_policy(tmp_path: Path) -> None:
     assert main(["compare", "--trace", "elasticflow/resnet_cifar", "--cluster",
                  "elasticflow/n1g2", "--policies", "elasticflow,edf", "--processes", "1",
