@@ -15,19 +15,8 @@ from schemas.job import JobSpec
 from services.nodeagent import simfleet
 from services.nodeagent.simfleet import SimFleetCore
 from services.runtime.effects import PRIORITY_INPUT, Effect, SetTimers
-from tests.builders import cluster, make_job, simulate
-
-traces = st.lists(
-    st.tuples(st.sampled_from([1, 1, 2, 4, 8]),  # GPUs
-              st.integers(1, 3000),  # seconds of work
-              st.integers(0, 2000),  # submission
-              st.integers(1, 3)),  # copies submitted together (same job, same instant)
-    min_size=1, max_size=25)
-
-
-def _jobs(rows: list[tuple[int, int, int, int]]) -> list[JobSpec]:
-    return [make_job(f"j{i:02d}c{k}").gpus(g).runs_for(s).submit(t).build()
-            for i, (g, s, t, copies) in enumerate(rows) for k in range(copies)]
+from tests.builders import cluster, simulate
+from tests.services.nodeagent import sim_traces
 
 
 def _run(jobs: list[JobSpec], policy: str, nodes: int) -> tuple[object, ...]:
@@ -56,11 +45,11 @@ def _eager(jobs: list[JobSpec], policy: str, nodes: int) -> tuple[object, ...]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(rows=traces, policy=st.sampled_from(["srtf", "tiresias", "muri-s"]),
+@given(rows=sim_traces.rows(), policy=st.sampled_from(["srtf", "tiresias", "muri-s"]),
        nodes=st.sampled_from([1, 2, 4]), catch_up=st.sampled_from([2, 5, 64]))
-def test_lazy_charges_decide_as_eager_ones(rows: list[tuple[int, int, int, int]], policy: str,
+def test_lazy_charges_decide_as_eager_ones(rows: list[sim_traces.Row], policy: str,
                                            nodes: int, catch_up: int) -> None:
-    jobs = _jobs(rows)
+    jobs = sim_traces.jobs(rows)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(simfleet, "CATCH_UP_CYCLES", catch_up)
         lazy = _run(jobs, policy, nodes)

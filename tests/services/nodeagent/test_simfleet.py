@@ -25,6 +25,7 @@ from services.runtime.effects import Effect, Publish, ReserveOrder, SetTimer
 from services.runtime.kernel import SimKernel
 from services.runtime.service import Core, Shell
 from tests.builders import cluster, deliver, make_job, simulate
+from tests.services.nodeagent import sim_traces
 
 NODES = [NodeSpec(node_id=f"n{i}", switch_id="s0", gpus=4) for i in range(3)]
 
@@ -98,7 +99,7 @@ def test_counts_sum_the_nodes_before_one(adds: list[tuple[int, int]]) -> None:
 # -- messages ----------------------------------------------------------------------------------
 
 def test_a_command_for_a_node_the_fleet_does_not_run_is_refused() -> None:
-    with pytest.raises(ValueError, match="'n9'.*does not run"):
+    with pytest.raises(ValueError, match=r"'n9'.*does not run"):
         _launch(_fleet(), "n9", "a")
 
 
@@ -146,19 +147,6 @@ def _node_per_service(cl: ClusterSpec, overhead: OverheadModel,
     return [SimNodeCore(node, overhead, profile) for node in cl.nodes]
 
 
-traces = st.lists(
-    st.tuples(st.sampled_from([1, 1, 2, 4, 8, 16]),  # GPUs
-              st.integers(1, 3000),  # seconds of work
-              st.integers(0, 2000),  # submission
-              st.integers(1, 3)),  # copies submitted together (same job, same instant)
-    min_size=1, max_size=25)
-
-
-def _jobs(rows: list[tuple[int, int, int, int]]) -> list[JobSpec]:
-    return [make_job(f"j{i:02d}c{k}").gpus(g).runs_for(s).submit(t).build()
-            for i, (g, s, t, copies) in enumerate(rows) for k in range(copies)]
-
-
 def _run(jobs: list[JobSpec], policy: str, nodes: int, overhead: str) -> tuple[object, ...]:
     out = simulate(jobs, policy, cluster(nodes, 8, switches=nodes // 2 or 1), overhead=overhead)
     s = out.summary
@@ -166,15 +154,16 @@ def _run(jobs: list[JobSpec], policy: str, nodes: int, overhead: str) -> tuple[o
 
 
 @settings(max_examples=50, deadline=None)
-@given(rows=traces, policy=st.sampled_from(["srtf", "tiresias", "muri-s", "fifo"]),
+@given(rows=sim_traces.rows((1, 1, 2, 4, 8, 16)),
+       policy=st.sampled_from(["srtf", "tiresias", "muri-s", "fifo"]),
        nodes=st.sampled_from([2, 3, 4, 6]), overhead=st.sampled_from(["muri", "muri", "none"]),
        catch_up=st.sampled_from([2, 3, 64]))
-def test_a_fleet_decides_as_one_service_per_node(rows: list[tuple[int, int, int, int]],
+def test_a_fleet_decides_as_one_service_per_node(rows: list[sim_traces.Row],
                                                   policy: str, nodes: int, overhead: str,
                                                   catch_up: int) -> None:
     """The same decisions, events and cycles, also where the fleet catches its runs up at
     other cycles than each node would alone."""
-    jobs = _jobs(rows)
+    jobs = sim_traces.jobs(rows)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(simfleet, "CATCH_UP_CYCLES", catch_up)
         fleet = _run(jobs, policy, nodes, overhead)
