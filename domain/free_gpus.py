@@ -106,6 +106,8 @@ class FreeIndex:
         counted = bool(switches) and all(n.size == top for n in nodes)
         self._switch = {n.pos: i for i, group in enumerate(switches) for n in group}
         self._whole = [[0] * len(switches), [0] * len(switches)] if counted else None
+        # Per switch, its free GPUs no running job holds, and all its free GPUs.
+        self._sums = [[0] * len(switches), [0] * len(switches)] if switches else None
         for node in nodes:
             self.update(node)
 
@@ -118,6 +120,10 @@ class FreeIndex:
             i, top = self._switch[node.pos], self._top
             for d in (0, 1):  # unheld whole nodes, all whole nodes
                 self._whole[d][i] += (key[1 - d] == top) - (old is not None and old[1 - d] == top)
+        if self._sums is not None:
+            i = self._switch[node.pos]
+            self._sums[0][i] += key[1] - (old[1] if old is not None else 0)
+            self._sums[1][i] += key[0] - (old[0] if old is not None else 0)
         self._at[node.pos] = key
         file = self._files.get(key)
         if file is None:
@@ -126,6 +132,11 @@ class FreeIndex:
         self._entries += 1
         if self._entries > 2 * len(self._at) + 64:
             self._rebuild()
+
+    def switch_free(self, displace: bool) -> list[int] | None:
+        """Per switch, in the order given, the GPUs a new job may take there (`available`);
+        None where the index was not given switches."""
+        return None if self._sums is None else self._sums[displace]
 
     def _rebuild(self) -> None:
         files: dict[tuple[int, int], list[int]] = {}

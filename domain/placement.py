@@ -337,7 +337,7 @@ class CyclePlacement:
             else:
                 slots = self._consolidated(nodes, switches, gpus, displace, index)
                 if slots is None and self.scheme == "count":
-                    slots = self._spread(nodes, switches, gpus, displace)
+                    slots = self._spread(nodes, switches, gpus, displace, index)
             if slots is not None:
                 break
         if slots is not None:
@@ -463,14 +463,26 @@ class CyclePlacement:
         return tuple(slots)
 
     def _spread(self, nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int,
-                displace: bool) -> GpuSlots | None:
-        """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can."""
-        avail = {id(n): n.available(displace) for n in nodes}
-        best = max(switches, key=lambda ms: sum(avail.get(id(n), 0) for n in ms))
-        in_best = sum(avail.get(id(n), 0) for n in best)
-        pool = best if in_best >= gpus else nodes
-        if (in_best if pool is best else sum(avail.values())) < gpus:
-            return None
+                displace: bool, index: FreeIndex | None = None) -> GpuSlots | None:
+        """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can
+        (the first such switch). The index's per-switch counts spare reading every node."""
+        if index is not None:
+            self._flush()
+        sums = None if index is None else index.switch_free(displace)
+        if sums is not None:
+            best_at = max(range(len(switches)), key=sums.__getitem__)
+            best, in_best = switches[best_at], sums[best_at]
+            if in_best < gpus and sum(sums) < gpus:
+                return None
+            pool = best if in_best >= gpus else nodes
+            avail = {id(n): n.available(displace) for n in pool}
+        else:
+            avail = {id(n): n.available(displace) for n in nodes}
+            best = max(switches, key=lambda ms: sum(avail.get(id(n), 0) for n in ms))
+            in_best = sum(avail.get(id(n), 0) for n in best)
+            pool = best if in_best >= gpus else nodes
+            if (in_best if pool is best else sum(avail.values())) < gpus:
+                return None
         need = gpus
         slots: list[tuple[str, tuple[int, ...]]] = []
         for node in sorted(pool, key=lambda n: -avail.get(id(n), 0)):

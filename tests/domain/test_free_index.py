@@ -1,5 +1,7 @@
-"""`FreeIndex` (domain/free_gpus.py): the per-switch count of whole nodes, which lets a wide
-gang pass over a switch unread, matches a recount after any sequence of node changes."""
+"""`FreeIndex` (domain/free_gpus.py): the per-switch counts of whole nodes (which let a wide
+gang pass over a switch unread) and of available GPUs (which let a spread gang find the
+fullest switch without reading every node) match a recount after any sequence of node
+changes."""
 
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ def recount(switches: list[list[NodeGpus]], displace: bool) -> list[int]:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_whole_nodes_per_switch_match_a_recount(seed: int) -> None:
+def test_per_switch_counts_match_a_recount(seed: int) -> None:
     rng = random.Random(seed)
-    switches = switches_of([[4] * rng.randint(1, 4) for _ in range(rng.randint(1, 4))])
+    uniform = seed % 2 == 0  # whole nodes are counted where every node is of one size
+    switches = switches_of([[4 if uniform else rng.choice([2, 4, 8])] * rng.randint(1, 4)
+                            for _ in range(rng.randint(1, 4))])
     nodes = [n for group in switches for n in group]
     index = FreeIndex(nodes, switches)
     for _ in range(60):
@@ -33,10 +37,14 @@ def test_whole_nodes_per_switch_match_a_recount(seed: int) -> None:
         node.held = rng.getrandbits(node.size) & node.free if rng.random() < 0.5 else 0
         index.update(node)
         for displace in (False, True):
-            assert index.whole(displace) == recount(switches, displace), (seed, displace)
+            if uniform:
+                assert index.whole(displace) == recount(switches, displace), (seed, displace)
+            assert index.switch_free(displace) == [
+                sum(n.available(displace) for n in group) for group in switches], seed
 
 
 def test_nodes_of_several_sizes_are_not_counted() -> None:
     switches = switches_of([[4, 8]])
     index = FreeIndex([n for group in switches for n in group], switches)
     assert index.whole(True) is None and index.whole(False) is None
+    assert index.switch_free(True) == [12]

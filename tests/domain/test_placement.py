@@ -231,6 +231,27 @@ def test_count_still_consolidates_when_it_can(
     assert busy(cluster(3, 4), "count", used=used).try_place("j", gpus) == expected
 
 
+@pytest.mark.parametrize("index_from", [1, 10**9], ids=["indexed", "scanned"])
+@pytest.mark.parametrize(("used", "gpus", "expected"), [
+    pytest.param({"n0": (0, 1), "n1": (0, 1), "n2": (0, 1), "n3": (0, 1)}, 3,
+                 (("n0", (2, 3)), ("n1", (2,))), id="tied-switches-the-first"),
+    pytest.param({"n0": (0, 1, 2), "n1": (0, 1), "n2": (0, 1), "n3": (0, 1)}, 3,
+                 (("n2", (2, 3)), ("n3", (2,))), id="the-fuller-switch"),
+    pytest.param({"n0": (0, 1), "n1": (0, 1, 2), "n2": (0, 1), "n3": (0, 1, 2)}, 5,
+                 (("n0", (2, 3)), ("n2", (2, 3)), ("n1", (3,))), id="no-switch-alone"),
+    pytest.param({"n0": (0, 1, 2), "n1": (0, 1, 2), "n2": (0, 1, 2), "n3": (0, 1, 2)}, 5,
+                 None, id="too-few-anywhere"),
+])
+def test_count_spreads_over_the_fullest_switch_read_by_index_or_by_scan(
+        used: dict[str, tuple[int, ...]], gpus: int, expected: GpuSlots | None,
+        index_from: int) -> None:
+    fillers = {f"busy-{node}": ((node, taken),) for node, taken in used.items()}
+    fit = CyclePlacement(TWO_SWITCHES, "count", fillers, index_from=index_from)
+    for job, slots in fillers.items():
+        assert fit.try_place(job, len(slots[0][1])) == slots
+    assert fit.try_place("j", gpus) == expected
+
+
 def test_count_refuses_more_than_the_free_gpus() -> None:
     fit = busy(cluster(2, 4), "count", used={"n0": (0, 1), "n1": (0, 1)})
     assert fit.try_place("j", 5) is None
