@@ -466,23 +466,18 @@ class CyclePlacement:
                 displace: bool, index: FreeIndex | None = None) -> GpuSlots | None:
         """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can
         (the first such switch). The index's per-switch counts spare reading every node."""
+        sums = None
         if index is not None:
             self._flush()
-        sums = None if index is None else index.switch_free(displace)
-        if sums is not None:
-            best_at = max(range(len(switches)), key=sums.__getitem__)
-            best, in_best = switches[best_at], sums[best_at]
-            if in_best < gpus and sum(sums) < gpus:
-                return None
-            pool = best if in_best >= gpus else nodes
-            avail = {id(n): n.available(displace) for n in pool}
-        else:
-            avail = {id(n): n.available(displace) for n in nodes}
-            best = max(switches, key=lambda ms: sum(avail.get(id(n), 0) for n in ms))
-            in_best = sum(avail.get(id(n), 0) for n in best)
-            pool = best if in_best >= gpus else nodes
-            if (in_best if pool is best else sum(avail.values())) < gpus:
-                return None
+            sums = index.switch_free(displace)
+        if sums is None:
+            sums = [sum(n.available(displace) for n in group) for group in switches]
+        best_at = max(range(len(switches)), key=sums.__getitem__)
+        best, in_best = switches[best_at], sums[best_at]
+        if in_best < gpus and sum(sums) < gpus:  # the switches hold every node of the pool
+            return None
+        pool = best if in_best >= gpus else nodes
+        avail = {id(n): n.available(displace) for n in pool}
         need = gpus
         slots: list[tuple[str, tuple[int, ...]]] = []
         for node in sorted(pool, key=lambda n: -avail.get(id(n), 0)):

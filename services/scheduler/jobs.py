@@ -190,7 +190,8 @@ class JobTable(Mapping[str, JobRecord]):
 
     def sync(self, rec: JobRecord) -> None:
         """Charge a running job the cycles logged since it was last charged (none for a job
-        not running)."""
+        not running). One job at a time (views read one by one): not through `sync_many`,
+        whose batch set-up made a 2,560-GPU Tiresias run about a tenth slower."""
         behind = self._logged - rec.synced
         if behind > 0 and self.running.get(rec.spec.job_id) is rec:
             rec.catch_up(self._cycles, len(self._cycles) - behind)
