@@ -16,6 +16,9 @@ cycle costs what it places rather than the cluster's size. The schemes:
   switch), so an elastic job that halves or doubles stays contiguous and blocks do not
   fragment each other; tightest node first. Other gang sizes are placed consolidated.
 
+The shapes a gang takes beyond one node (whole nodes and a remainder, a buddy block, a spread)
+are in `domain.gang_shapes`; this module keeps the cycle's free-GPU state and picks among them.
+
 Running jobs keep their GPUs when those are still free ("sticky"), and new jobs prefer GPUs no
 running job holds, so a re-plan moves as few jobs as possible. The tightest node for a new job
 is judged by those GPUs too, so where a job that displaces nobody lands does not depend on
@@ -35,7 +38,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Literal
 
-from domain.free_gpus import FreeIndex, NodeGpus, indices
+from domain.free_gpus import FreeIndex, NodeGpus
+from domain.gang_shapes import buddy_block, multi_node, spread
 from domain.topology import Topology
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
@@ -333,11 +337,12 @@ class CyclePlacement:
         # First without touching GPUs that running jobs still hold, then allowing it.
         for displace in (False, True):
             if self.scheme == "buddy" and gpus & (gpus - 1) == 0:
-                slots = self._buddy(switches, gpus, displace)
+                slots = buddy_block(switches, gpus, displace)
             else:
                 slots = self._consolidated(nodes, switches, gpus, displace, index)
                 if slots is None and self.scheme == "count":
-                    slots = self._spread(nodes, switches, gpus, displace, index)
+                    slots = spread(nodes, switches, gpus, displace, self._switch_free(
+                        index, displace))
             if slots is not None:
                 break
         if slots is not None:
@@ -401,90 +406,15 @@ class CyclePlacement:
             if whole is not None and whole[s] < need:
                 continue
             if wide if wide is not None else all(n.size < gpus for n in members):
-                slots = self._multi_node(members, gpus, displace)
+                slots = multi_node(members, gpus, displace, first_fit=self.scheme == "yarn")
                 if slots is not None:
                     return slots
         return None
 
-    def _buddy(self, switches: list[list[NodeGpus]], gpus: int, displace: bool
-               ) -> GpuSlots | None:
-        """An aligned power-of-two block: within a node, or whole nodes in a row."""
-        best: tuple[int, NodeGpus, int] | None = None  # (GPUs to take, node, block mask)
-        for members in switches:
-            for node in members:
-                if node.size < gpus:
-                    continue
-                usable = node.free if displace else node.free & ~node.held
-                for start in range(0, node.size - gpus + 1, gpus):
-                    block = ((1 << gpus) - 1) << start
-                    if usable & block == block:
-                        room = node.available(displace)
-                        if best is None or room < best[0]:
-                            best = (room, node, block)
-                        break
-        if best is not None:
-            _, node, block = best
-            node.free &= ~block
-            return ((node.node_id, indices(block)),)
-        for members in switches:
-            size = max((n.size for n in members), default=0)
-            if size == 0 or gpus % size:
-                continue
-            run = gpus // size
-            for start in range(0, len(members) - run + 1, run):
-                row = members[start:start + run]
-                if all(n.size == size and n.available(displace) == size for n in row):
-                    return tuple((n.node_id, n.take(size)) for n in row)
-        return None
-
-    def _multi_node(self, members: list[NodeGpus], gpus: int, displace: bool) -> GpuSlots | None:
-        """Whole free nodes plus one node for the remainder, all in one switch."""
-        size = max(n.size for n in members)
-        if size == 0:
+    def _switch_free(self, index: FreeIndex | None, displace: bool) -> list[int] | None:
+        """Each switch's available GPUs as the index keeps them (None: no index, or it keeps
+        none; the spread then reads the nodes)."""
+        if index is None:
             return None
-        full_needed, rest = divmod(gpus, size)
-        every = (1 << size) - 1  # a whole node's mask (a smaller node never matches it)
-        whole = ([n for n in members if n.free == every] if displace
-                 else [n for n in members if n.free & ~n.held == every])
-        if len(whole) < full_needed:
-            return None
-        whole.sort(key=lambda n: n.unheld_free() < size)  # undisturbed nodes first
-        chosen = whole[:full_needed]
-        remainder = None
-        if rest:
-            candidates = [n for n in members if n not in chosen and n.available(displace) >= rest]
-            if not candidates:
-                return None
-            remainder = candidates[0] if self.scheme == "yarn" else min(
-                candidates, key=lambda n: (n.unheld_free() < rest, n.available(displace)))
-        slots = [(n.node_id, n.take(size)) for n in chosen]
-        if remainder is not None:
-            slots.append((remainder.node_id, remainder.take(rest)))
-        return tuple(slots)
-
-    def _spread(self, nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int,
-                displace: bool, index: FreeIndex | None = None) -> GpuSlots | None:
-        """Fewest nodes: take from the nodes with the most available GPUs, one switch if it can
-        (the first such switch). The index's per-switch counts spare reading every node."""
-        sums = None
-        if index is not None:
-            self._flush()
-            sums = index.switch_free(displace)
-        if sums is None:
-            sums = [sum(n.available(displace) for n in group) for group in switches]
-        best_at = max(range(len(switches)), key=sums.__getitem__)
-        best, in_best = switches[best_at], sums[best_at]
-        if in_best < gpus and sum(sums) < gpus:  # the switches hold every node of the pool
-            return None
-        pool = best if in_best >= gpus else nodes
-        avail = {id(n): n.available(displace) for n in pool}
-        need = gpus
-        slots: list[tuple[str, tuple[int, ...]]] = []
-        for node in sorted(pool, key=lambda n: -avail.get(id(n), 0)):
-            k = min(need, avail.get(id(node), 0))
-            if k:
-                slots.append((node.node_id, node.take(k)))
-                need -= k
-            if need == 0:
-                break
-        return tuple(slots)
+        self._flush()
+        return index.switch_free(displace)
