@@ -229,6 +229,8 @@ class SchedulerCore(CoreDefaults):
         policy = self.config.make_policy(name)
         for view in self.views.values():
             policy.job_added(view)
+            if view.running:  # else a policy with a waiting index walks it twice
+                policy.job_running(view)
         self.policy = policy
         self._adaptive_batch = policy.adapts_batch_size
 
@@ -314,7 +316,7 @@ class SchedulerCore(CoreDefaults):
             running, seen = self._running_views(), views.plain()
         else:  # many: each running job's view made only if read
             running = RunningJobs(jobs.running.keys(), self._running_views, reported,
-                                  jobs.in_admission_order)
+                                  jobs.in_admission_order, jobs.irregular())
             seen = MappingProxyType(views)
         snap = Snapshot(now=now, cluster=self.cluster, jobs=seen, running=running)
         scheme = self.config.placement or self.policy.placement

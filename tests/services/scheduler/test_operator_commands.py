@@ -115,6 +115,18 @@ def test_set_policy_takes_over_every_active_job() -> None:
     assert running(core) == {"short"}  # SRTF preempts the long job for the shortest
 
 
+@pytest.mark.parametrize("policy", ["srtf", "tiresias", "fifo"])
+def test_set_policy_leaves_a_running_job_where_it_is(policy: str) -> None:
+    """The new policy is told which jobs already run: it walks each once, rather than also
+    as a waiting job that it then places a second time, on other GPUs."""
+    core = core_with("srsf", ("a", 2, 100))
+    before = core.jobs["a"].placement
+    deliver(core, op("set-policy", policy=policy), 5.0)
+    effects = core.on_timer("cycle", 5.0)
+    assert core.jobs["a"].placement == before
+    assert not [p for p in published(effects, PlanDecided) if p.launches or p.stops]
+
+
 @pytest.mark.parametrize(("command", "match"), [
     (op("cancel", job_id="ghost"), "cancel: no active job 'ghost'"),
     (op("drain", node_id="n99"), "drain: no node 'n99' in the cluster"),
