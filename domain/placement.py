@@ -353,6 +353,39 @@ class CyclePlacement:
                 self._moved(self._nodes[self._topo.index[node_id]])
         return slots
 
+    def keep_ahead(self, job_ids: Collection[str]) -> dict[str, GpuSlots] | None:
+        """First thing in a cycle opened in full: give these running jobs back their own GPUs,
+        as a walk that re-placed them before anything else would (`try_place` on each, in
+        any order: each takes only its own GPUs, and the cycle counts every GPU a running
+        job holds as free). None, with nothing done, where it might not: something placed
+        already, a job not bound or whose GPUs are gone, or several GPU types (a job's
+        profile may have the walk try another type first). Jobs that share GPUs, or hold
+        other than their gang's count, are the caller's to leave out."""
+        bound_at = self._bound_at
+        if (self.in_place or self.placed or self._kept or len(self._free_by_type) > 1
+                or any(bound_at.get(j) is None for j in job_ids)):
+            return None
+        dirty, stale = self._dirty, self._stale if self._indexes else None
+        kept: dict[str, GpuSlots] = {}
+        taken = 0
+        for job_id in job_ids:
+            held = bound_at[job_id]
+            assert held is not None
+            for node, m in held:  # as `_keep`: no longer held, taken
+                node.held &= ~m
+                node.free &= ~m
+                dirty[node.pos] = node
+                if stale is not None:
+                    stale[node.pos] = node
+                taken += m.bit_count()
+            kept[job_id] = self._bound[job_id]
+        self._kept.update(kept)
+        self.placed.update(kept)
+        self.free_gpus -= taken
+        for gpu_type in self._free_by_type:
+            self._free_by_type[gpu_type] -= taken
+        return kept
+
     def _keep(self, job_id: str, gpus: int, gpu_type: str | None,
               within: Collection[str] | None = None) -> GpuSlots | None:
         """Give a running job back its own GPUs if they are all still free (and allowed)."""

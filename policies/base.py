@@ -76,17 +76,21 @@ class RunningJobs(Sequence[JobView]):
     whose policy reads none of them (an in-place cycle of a policy that keeps its running
     jobs' ranks itself) does not pay for a view of every running job.
 
-    `ids` and `reported` are read without making views: which jobs run, and which of them a
-    node reported progress for since the previous cycle (a report replaces the estimate, so
-    it may set a job back). Read it while the cycle plans; the scheduler closes it after."""
+    `ids`, `reported` and `irregular` are read without making views: which jobs run, which
+    of them a node reported progress for since the previous cycle (a report replaces the
+    estimate, so it may set a job back), and which of them a walk may not simply give back
+    their GPUs (`JobTable.irregular`). Read it while the cycle plans; the scheduler closes
+    it after."""
 
-    __slots__ = ("_make", "_order", "_views", "ids", "reported")
+    __slots__ = ("_make", "_order", "_views", "ids", "irregular", "reported")
 
     def __init__(self, ids: Collection[str], make: Callable[[], tuple[JobView, ...]],
                  reported: Collection[str] = (),
-                 order: Callable[[Iterable[str]], list[str]] | None = None) -> None:
+                 order: Callable[[Iterable[str]], list[str]] | None = None,
+                 irregular: Collection[str] = ()) -> None:
         self.ids = ids
         self.reported = reported
+        self.irregular = irregular
         self._make: Callable[[], tuple[JobView, ...]] | None = make
         self._order = order
         self._views: tuple[JobView, ...] | None = None
@@ -165,6 +169,12 @@ class Fitter(Protocol):
         """In a cycle opened in place: whether a full walk would certainly block a gang of
         `gpus` even where it may displace the running jobs `victims`, and keep them all
         (False where unsure; `CyclePlacement.blocked_displacing`)."""
+        ...
+
+    def keep_ahead(self, job_ids: Collection[str]) -> dict[str, GpuSlots] | None:
+        """At the start of a walk opened in full: give these running jobs back their own
+        GPUs, as the walk would if it re-placed them before anything else; None, with
+        nothing done, where it might not (`CyclePlacement.keep_ahead`)."""
         ...
 
 
@@ -256,15 +266,17 @@ Stream = tuple[int | None, Iterator[Ranked]]  # (GPU count of every job in it, o
 
 
 def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fitter,
-                decided_by: str) -> Plan:
-    """Place jobs in merged key order, all-or-nothing, skipping those that do not fit.
+                decided_by: str, kept: Mapping[str, GpuSlots] | None = None) -> Plan:
+    """Place jobs in merged key order, all-or-nothing, skipping those that do not fit;
+    after `kept`, running jobs already given back their GPUs (`Fitter.keep_ahead`) that
+    rank ahead of every job in the streams.
 
     This is the loop of the Tiresias and Muri simulators (no head-of-line blocking). Each
     stream is already sorted; a stream whose jobs all need the same GPU count is dropped as
     soon as that count cannot fit (a monotone fitter guarantees no larger gang fits either),
     so a cycle costs O(placed · log streams), not O(queue length).
     """
-    plan = Plan()
+    plan = Plan(run=dict(kept) if kept else {})
     heads: list[tuple[Any, str, int]] = []
     sources: list[Stream] = list(streams)
     for i, (_, items) in enumerate(sources):

@@ -105,6 +105,9 @@ class FitterGate:
     def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
         return False  # a gate's refusals depend on the job: no proof by GPUs alone
 
+    def keep_ahead(self, job_ids: Collection[str]) -> dict[str, GpuSlots] | None:
+        return None  # a gate counts each job it lets through: the walk goes through it
+
     def explain(self, gpus: int) -> str:
         if self._last_refusal is not None:
             return self._last_refusal

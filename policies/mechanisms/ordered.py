@@ -19,6 +19,7 @@ from policies.base import (
     greedy_fill,
     status_for_waiting,
 )
+from schemas.events import GpuSlots
 from schemas.status import Status
 
 Key = tuple[Any, ...]
@@ -245,14 +246,48 @@ class OrderedPolicy(Policy):
             plan.stay = True
             self.settle(snap, plan, [])
         else:
-            running = self.running_keys(snap)
-            plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name)
-            self.settle(snap, plan, running)
+            kept, running = self._walk_start(snap, fit)
+            plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name, kept)
+            self.settle(snap, plan, running, every=not kept)
         self._last = plan
         return plan
 
-    def settle(self, snap: Snapshot, plan: Plan, running: list[tuple[Key, str]]) -> None:
-        """Move started jobs out of the waiting index and preempted ones into it."""
+    def _walk_start(self, snap: Snapshot, fit: Fitter
+                    ) -> tuple[dict[str, GpuSlots], list[tuple[Key, str]]]:
+        """A full walk's start: the running jobs that rank ahead of every waiting job, given
+        back their GPUs at once (the walk would re-place each where it is before it reached
+        a waiting job), and the other running jobs' ranks, sorted. With bounded keys a job
+        whose bound ranks ahead is known to be ahead without its key; else every running
+        job is ranked and none kept, as where a job that may not simply get its GPUs back
+        (`RunningJobs.irregular`) ranks ahead: the walk's state when it reaches that job
+        depends on which of those before it it has re-placed."""
+        running = snap.running
+        heads = [b[0] for b in self._buckets.values() if b]
+        if not (heads and self.keys_fall and isinstance(running, RunningJobs) and running.ids):
+            return {}, self.running_keys(snap)
+        self._bound(snap, running)  # every running job's bound, reports taken in
+        first, irregular, bounds = min(heads), running.irregular, self._bounds
+        cut = bounds.bisect_left(first)
+        ahead = [jid for _, jid in bounds.islice(0, cut)]
+        ranked: list[tuple[Key, str]] = []
+        for _, jid in bounds.islice(cut):
+            item = (self.running_key(jid, snap), jid)
+            if item < first:
+                ahead.append(jid)
+            else:
+                ranked.append(item)
+        kept = None
+        if not (irregular and any(jid in irregular for jid in ahead)):
+            kept = fit.keep_ahead(ahead)
+        if kept is None:
+            return {}, self.running_keys(snap)
+        ranked.sort()
+        return kept, ranked
+
+    def settle(self, snap: Snapshot, plan: Plan, running: list[tuple[Key, str]],
+               every: bool = True) -> None:
+        """Move started jobs out of the waiting index and preempted ones into it; `running`:
+        the running jobs the walk ranked (`every` one, or those not kept ahead)."""
         for jid in plan.run:
             self._unqueue(jid)
         for _, jid in running:
@@ -260,16 +295,23 @@ class OrderedPolicy(Policy):
                 job = snap.jobs[jid]
                 self._enqueue(job, self.key(job))
         if self.keys_fall and isinstance(snap.running, RunningJobs):
-            self._keep_taken(plan, running)
+            self._keep_taken(plan, running, every)
         else:  # not needed: rebuilt from the views when next needed
             self.set_taken([])
 
-    def _keep_taken(self, plan: Plan, running: list[tuple[Key, str]]) -> None:
-        """The running jobs' keys after a plan: a full walk took every running job's key,
-        and the jobs that start have theirs taken at the next check (a job's first estimate
-        starts from its last report, which its waiting key may not know)."""
-        if not plan.stay:
+    def _keep_taken(self, plan: Plan, running: list[tuple[Key, str]], every: bool) -> None:
+        """The running jobs' keys after a plan: a full walk took the key of every running job
+        it ranked (the others, kept ahead, keep their bounds), and the jobs that start have
+        theirs taken at the next check (a job's first estimate starts from its last report,
+        which its waiting key may not know)."""
+        if not plan.stay and every:
             self.set_taken([(k, jid) for k, jid in running if jid in plan.run])
+        elif not plan.stay:
+            for k, jid in running:
+                if jid in plan.run:
+                    self._take(jid, k)
+                else:
+                    self._untake(jid)
         for jid in plan.run:
             if jid not in self._taken:
                 self._to_take(jid)

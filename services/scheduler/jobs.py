@@ -165,6 +165,7 @@ class JobTable(Mapping[str, JobRecord]):
         self._alone: dict[str, int] = {}
         self._alone_gpus = 0
         self._sharing: dict[str, JobRecord] = {}
+        self._resized: set[str] = set()  # running on other than their gang's GPU count
         self._cycles: list[float] = []  # times of cycles not yet charged to every running job
         self._logged = 0  # cycles logged in all (the log's end, as a count)
         self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
@@ -261,15 +262,27 @@ class JobTable(Mapping[str, JobRecord]):
         job_id = rec.spec.job_id
         self._moves.add(job_id)
         self._uncount(job_id)
+        gpus = gpu_count(rec.placement)
+        if gpus != rec.spec.gpus:  # an elastic policy's doing
+            self._resized.add(job_id)
         if rec.group:
             self._sharing[job_id] = rec
         else:
-            gpus = self._alone[job_id] = gpu_count(rec.placement)
+            self._alone[job_id] = gpus
             self._alone_gpus += gpus
 
     def _uncount(self, job_id: str) -> None:
         self._alone_gpus -= self._alone.pop(job_id, 0)
         self._sharing.pop(job_id, None)
+        self._resized.discard(job_id)
+
+    def irregular(self) -> frozenset[str]:
+        """Running jobs a walk may not simply give back their GPUs: those sharing GPUs with
+        others (a partner re-placed first takes them), and those holding other than their
+        gang's GPU count (the walk places the gang's count)."""
+        if not self._sharing and not self._resized:
+            return frozenset()
+        return frozenset(self._sharing.keys() | self._resized)
 
     def busy_gpus(self) -> int:
         """GPUs the running jobs hold, each counted once: only a co-located group's members

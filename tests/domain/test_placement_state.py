@@ -1,5 +1,6 @@
 """A CyclePlacement kept across cycles (bind, release, next_cycle) and searched through its
-index places exactly as a fresh, scanned one of the same running jobs (domain/placement.py).
+index places exactly as a fresh, scanned one of the same running jobs (domain/placement.py);
+running jobs kept ahead at once (`keep_ahead`) leave the state re-placing each would.
 
 The reference for every cycle is `CyclePlacement(cluster, scheme, previous=<running jobs>)`
 built from scratch and scanning every node (an index only from more nodes than any cluster here
@@ -7,6 +8,8 @@ has); the subject is one CyclePlacement for the whole run, indexed from the firs
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -59,23 +62,25 @@ def take_out(topo: Topology, cl: ClusterSpec, pairs: list[tuple[int, int]]) -> s
 
 @settings(max_examples=300, deadline=None)
 @given(cl=clusters(), scheme=st.sampled_from(SCHEMES),
-       cycles=st.lists(st.tuples(cycle_ops, st.booleans(), out_of_service), min_size=1,
-                       max_size=6),
+       cycles=st.lists(st.tuples(cycle_ops, st.booleans(), out_of_service, st.integers(0, 8)),
+                       min_size=1, max_size=6),
        cordon=st.lists(st.integers(0, 11), max_size=2))
 def test_kept_and_indexed_places_as_a_fresh_scan(
         cl: ClusterSpec, scheme: str,
         cycles: list[tuple[list[tuple[int, int, str | None, bool]], bool,
-                           list[tuple[int, int]] | None]],
+                           list[tuple[int, int]] | None, int]],
         cordon: list[int]) -> None:
     """Each cycle may be opened in place: the reference then re-places every running job
-    where it was first (what an in-place cycle stands for) and places only the others. GPUs
-    out of service (health) change between cycles: no job is given one it did not hold."""
+    where it was first (what an in-place cycle stands for) and places only the others.
+    Opened in full, the first `ahead` running jobs may be kept ahead at once: the reference
+    re-places each of them first. GPUs out of service (health) change between cycles: no job
+    is given one it did not hold."""
     topo = Topology(cl)
     cordoned = {cl.nodes[i % len(cl.nodes)].node_id for i in cordon}
     out: set[tuple[str, int]] = set()
     kept = CyclePlacement(topo, scheme, cordoned=cordoned, index_from=1)  # type: ignore[arg-type]
     running: dict[str, GpuSlots] = {}
-    for n, (ops, in_place, pairs) in enumerate(cycles):
+    for n, (ops, in_place, pairs, ahead) in enumerate(cycles):
         in_place = in_place and scheme != "yarn" and n > 0  # yarn re-packs running jobs
         if pairs is not None and n:
             out = take_out(topo, cl, pairs)
@@ -84,12 +89,20 @@ def test_kept_and_indexed_places_as_a_fresh_scan(
         if n:
             kept.next_cycle(cordoned, in_place=in_place)
         after: dict[str, GpuSlots] = {}
-        if in_place:
-            for job, slots in sorted(running.items()):
-                gpus = sum(len(g) for _, g in slots)
-                assert fresh.try_place(job, gpus) == slots
-                after[job] = slots
-            ops = [op for op in ops if f"j{op[0]}" not in running]
+        first = sorted(running) if in_place else sorted(running)[:ahead]
+        if first and not in_place:
+            got_ahead = kept.keep_ahead(first)
+            if scheme == "yarn" or len(cl.gpus_by_type) > 1:  # nothing bound; a profile's pick
+                assert got_ahead is None
+                first = []
+            else:
+                assert got_ahead == {job: running[job] for job in first}
+                assert kept.keep_ahead(first[:1]) is None  # once, first thing in a cycle
+        for job in first:
+            slots = running[job]
+            assert fresh.try_place(job, sum(len(g) for _, g in slots)) == slots
+            after[job] = slots
+        ops = [op for op in ops if f"j{op[0]}" not in first]
         assert (kept.free_gpus, kept.largest_block()) == (fresh.free_gpus, fresh.largest_block())
         for slot, gpus, gpu_type, stays in ops:
             job = f"j{slot}"
@@ -164,3 +177,43 @@ def test_a_gpu_out_of_service_takes_nothing_new_and_its_job_keeps_it() -> None:
     fit.release("a")
     fit.next_cycle()
     assert fit.try_place("c", 4) == (("n0", (0, 1, 2, 3)),)
+
+
+def _two_nodes_running() -> CyclePlacement:
+    """Two 4-GPU nodes, indexed: a runs on 3 GPUs of n0, b on 2 of n1; opened in full."""
+    return CyclePlacement(ClusterSpec.uniform(1, 2, 4), index_from=1,
+                          previous={"a": (("n0", (0, 1, 2)),), "b": (("n1", (0, 1)),)})
+
+
+def test_a_job_kept_ahead_is_no_longer_there_to_displace() -> None:
+    fit = _two_nodes_running()
+    assert fit.largest_block() == 4  # the index asked: it must learn of the keep
+    assert fit.keep_ahead(["a"]) == {"a": (("n0", (0, 1, 2)),)}
+    assert (fit.free_gpus, fit.largest_block()) == (5, 4)
+    # No node has 3 unheld GPUs; only b's node has 3 a gang may take, displacing b.
+    assert fit.try_place("c", 3) == (("n1", (0, 2, 3)),)  # its unheld GPUs first
+    assert fit.try_place("b", 2) is None
+
+
+@pytest.mark.parametrize(("prepare", "ids"), [
+    pytest.param(lambda fit: fit.try_place("c", 1), ["a"], id="something-placed-already"),
+    pytest.param(lambda fit: fit.keep_ahead(["b"]), ["a"], id="kept-ahead-already"),
+    pytest.param(lambda fit: fit.next_cycle(in_place=True), ["a"], id="opened-in-place"),
+    pytest.param(lambda fit: None, ["a", "z"], id="a-job-not-running"),
+    pytest.param(lambda fit: fit.bind("a", (("gone", (0,)),)), ["a"], id="its-gpus-gone"),
+])
+def test_keep_ahead_refuses_where_a_walk_might_not_keep_them(
+        prepare: Callable[[CyclePlacement], object], ids: list[str]) -> None:
+    fit = _two_nodes_running()
+    prepare(fit)
+    free = fit.free_gpus
+    assert fit.keep_ahead(ids) is None
+    assert fit.free_gpus == free  # nothing done
+
+
+def test_keep_ahead_refuses_on_a_cluster_of_several_gpu_types() -> None:
+    cl = ClusterSpec(name="c", nodes=(NodeSpec(node_id="n0", switch_id="s", gpus=4, gpu_type="A"),
+                                      NodeSpec(node_id="n1", switch_id="s", gpus=4, gpu_type="B")))
+    fit = CyclePlacement(cl, previous={"a": (("n0", (0, 1)),)})
+    assert fit.keep_ahead(["a"]) is None
+    assert fit.try_place("a", 2) == (("n0", (0, 1)),)

@@ -326,9 +326,55 @@ def test_a_running_job_set_back_by_a_report_is_ranked_anew(reported: frozenset[s
     assert policy.running_stays(snap) is stays
 
 
+class _Reads(dict[str, JobView]):
+    """Views that note which jobs' were read."""
+
+    def __init__(self, views: dict[str, JobView]) -> None:
+        super().__init__(views)
+        self.read: set[str] = set()
+
+    def __getitem__(self, job_id: str) -> JobView:
+        self.read.add(job_id)
+        return super().__getitem__(job_id)
+
+
+@pytest.mark.parametrize(("irregular", "read"), [
+    pytest.param(frozenset(), {"b"}, id="the-job-ahead-kept-unread"),
+    pytest.param(frozenset({"a"}), {"a", "b"}, id="a-job-ahead-sharing-gpus-is-walked"),
+    pytest.param(frozenset({"b"}), {"b"}, id="a-job-behind-sharing-gpus-is-walked-anyway"),
+])
+def test_a_full_walk_ranks_only_the_running_jobs_that_may_rank_behind_a_waiting_one(
+        irregular: frozenset[str], read: set[str]) -> None:
+    """a (100 s) and b (1,000 s) run on the only 4 GPUs; c (500 s) arrives, ahead of b only,
+    and displaces it. The walk gives a its GPUs back without reading it, unless a may not
+    simply get them back (`RunningJobs.irregular`): then it walks every running job."""
+    a, b, c = J("a", 2, 100), J("b", 2, 1000), J("c", 2, 500)
+    policy = policies.make("srtf")
+    fit = CyclePlacement(cluster(1, 4), "consolidated", {})
+    first = {"a": view(a), "b": view(b)}
+    for v in first.values():
+        policy.job_added(v)
+    started = policy.plan(_snapshot(first, []), fit).run
+    assert set(started) == {"a", "b"}
+    d = J("d", 2, 5000)  # waits behind both: their keys are taken
+    running = {"a": view(a, True), "b": view(b, True), "c": view(c), "d": view(d)}
+    for jid in started:
+        policy.job_running(running[jid])
+        fit.bind(jid, started[jid])
+    fit.next_cycle()
+    policy.job_added(running["d"])
+    assert policy.running_stays(_snapshot(running, ["a", "b"]))
+    policy.job_added(running["c"])
+    views = _Reads(running)
+    plan = policy.plan(_snapshot(views, ["a", "b"], irregular=irregular), fit)
+    assert plan.run == {"a": started["a"], "c": started["b"]}
+    assert views.read - {"c", "d"} == read
+
+
 def _snapshot(views: dict[str, JobView], running: list[str],
-              reported: frozenset[str] = frozenset()) -> Snapshot:
+              reported: frozenset[str] = frozenset(),
+              irregular: frozenset[str] = frozenset()) -> Snapshot:
     """A cycle's snapshot as the scheduler makes it: running jobs' views made when read."""
     made = RunningJobs(dict.fromkeys(running).keys(),
-                       lambda: tuple(views[j] for j in running), reported)
+                       lambda: tuple(views[j] for j in running), reported, irregular=irregular)
     return Snapshot(0.0, cluster(1, 4), MappingProxyType(views), made)
