@@ -182,7 +182,9 @@ class Fitter(Protocol):
 class Plan:
     """Which jobs run where after this cycle, and why the others wait."""
 
-    run: dict[str, GpuSlots] = field(default_factory=dict)  # in priority order
+    # In priority order, but for running jobs a walk kept ahead of all (`greedy_fill`'s
+    # `kept`): first, in the order they were kept.
+    run: dict[str, GpuSlots] = field(default_factory=dict)
     # Jobs that share GPUs (all members, sorted), for each member; jobs alone are absent.
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     blocked: dict[str, Status] = field(default_factory=dict)  # examined, did not fit
