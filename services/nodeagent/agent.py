@@ -140,9 +140,13 @@ def checkpoint_dir(root: Path, job_id: str) -> Path:
     return root / valid_job_id(job_id)
 
 
-def rendezvous_port(job_id: str, cycle: int) -> int:
-    """Same on every node of the gang; new for each launch (no clash with a closing run)."""
-    digest = hashlib.sha256(f"{job_id}:{cycle}".encode()).digest()
+def rendezvous_port(job_id: str, cycle: int, on_one_node: str | None = None) -> int:
+    """Same on every node of the gang; new for each launch (no clash with a closing run). A
+    gang on one node agrees with no other node: `on_one_node` (that node's checkpoint root)
+    then enters the hash too, so clusters sharing a host (two test stacks running the same
+    job ids) draw different ports."""
+    salt = "" if on_one_node is None else f"{on_one_node}:"
+    digest = hashlib.sha256(f"{salt}{job_id}:{cycle}".encode()).digest()
     return PORT_BASE + int.from_bytes(digest[:4], "big") % PORT_SPAN
 
 
@@ -267,6 +271,8 @@ class TrainerNodeCore(CoreDefaults):
         leader = launch.placement[0][0] == me
         master = self.addresses.get(launch.placement[0][0], "127.0.0.1")
         ckpt = checkpoint_dir(self.settings.checkpoint_root, spec.job_id)
+        port = rendezvous_port(spec.job_id, cycle, str(self.settings.checkpoint_root)
+                               if len(ranks) == world else None)
         family = "" if spec.command is not None else family_of(spec.model)  # before any state
         job = _Job(launch, {r: self.gpu_uuids[g] for r, g in ranks.items()}, leader,
                    alive=set(ranks), iteration=launch.iterations_done)
@@ -276,7 +282,7 @@ class TrainerNodeCore(CoreDefaults):
         mps = max(1, 100 // sharing) if sharing > 1 else None
         if spec.command is not None:
             job.printed = textprogress.compile_pattern(spec.progress_regex)
-            return [self._spawn_command(spec, rank, uuid, world, master, cycle, ckpt, mps)
+            return [self._spawn_command(spec, rank, uuid, world, master, port, ckpt, mps)
                     for rank, uuid in sorted(job.ranks.items())]
         effects: list[Effect] = []
         for rank, uuid in sorted(job.ranks.items()):
@@ -284,7 +290,7 @@ class TrainerNodeCore(CoreDefaults):
                 job_id=spec.job_id, model=family, iterations=spec.iterations,
                 batch_size=global_batch(spec.batch_size, world), checkpoint_dir=str(ckpt),
                 rank=rank, world_size=world, master_addr=master,
-                master_port=rendezvous_port(spec.job_id, cycle),
+                master_port=port,
                 device=self.settings.device,
                 fast_forward=self.settings.fast_forward,
                 checkpoint_every=self.settings.checkpoint_every,
@@ -295,12 +301,12 @@ class TrainerNodeCore(CoreDefaults):
         return effects
 
     def _spawn_command(self, spec: JobSpec, rank: int, uuid: str, world: int, master: str,
-                       cycle: int, ckpt: Path, mps: int | None) -> Spawn:
+                       rendezvous: int, ckpt: Path, mps: int | None) -> Spawn:
         """One rank of a job's own command, with torchrun's rank environment (so scripts that
         read RANK/WORLD_SIZE/MASTER_* work unchanged) and `PET_*` (so a bare `torchrun` in the
         command joins as a one-process node of the job); `LOOM_*` feed the trainer SDK."""
         assert spec.command is not None
-        port = str(rendezvous_port(spec.job_id, cycle))
+        port = str(rendezvous)
         env = {
             "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0",
             "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": master, "MASTER_PORT": port,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,24 @@ def test_global_batch_splits_evenly(batch: int | None, world: int, expected: int
     assert global_batch(batch, world) == expected
 
 
+@pytest.mark.parametrize(("placement", "apart"), [
+    pytest.param(((N0, (0, 1)),), True, id="a-gang-on-one-node-by-its-root"),
+    pytest.param(((N0, (0,)), (N1, (0,))), False, id="a-gang-across-nodes-as-every-node"),
+])
+def test_clusters_sharing_a_host_draw_rendezvous_ports_apart(placement: GpuSlots,
+                                                             apart: bool) -> None:
+    """Two clusters (two test stacks) on one host, the same job id and cycle: a gang on one
+    node takes its port from its node's checkpoint root too; a gang across nodes cannot (its
+    nodes need not share a root), and takes the port every node computes."""
+    ports = set()
+    for root in ("/ckpt", "/other"):
+        settings = replace(SETTINGS, checkpoint_root=Path(root))
+        core = TrainerNodeCore(CLUSTER.nodes[0], ["GPU-0-a", "GPU-0-b"], settings)
+        (first, *_) = spawns(core.handle(command(N0, 5, (launch("g", placement),)), 0.0))  # type: ignore[arg-type]
+        ports.add(parse(list(first.argv[3:])).master_port)
+    assert len(ports) == (2 if apart else 1)
+
+
 def test_a_gang_across_nodes_agrees_on_rendezvous_without_talking() -> None:
     gang = launch("g", ((N0, (0, 1)), (N1, (0,))))
     left = spawns(agent(0).handle(command(N0, 5, (gang,)), 0.0))  # type: ignore[arg-type]
@@ -167,7 +186,7 @@ def test_a_relaunch_here_waits_until_the_stopping_run_has_exited() -> None:
     assert effects == [Kill("j", 0, 7.0)]  # no spawn while the old run checkpoints
     later = spawns(core.on_exit("j", 0, 0))
     assert [s.gpu_uuids for s in later] == [("GPU-0-b",)]
-    assert parse(list(later[0].argv[3:])).master_port == rendezvous_port("j", 2)
+    assert parse(list(later[0].argv[3:])).master_port == rendezvous_port("j", 2, "/ckpt")
 
 
 def test_a_model_no_trainer_can_run_is_refused_as_a_permanent_failure() -> None:
