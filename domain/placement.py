@@ -360,26 +360,22 @@ class CyclePlacement:
         job holds as free). None, with nothing done, where it might not: something placed
         already, a job not bound or whose GPUs are gone, or several GPU types (a job's
         profile may have the walk try another type first). Jobs that share GPUs, or hold
-        other than their gang's count, are the caller's to leave out."""
+        other than their gang's count, are the caller's to leave out: one whose GPUs another
+        took first raises."""
         bound_at = self._bound_at
         if (self.in_place or self.placed or self._kept or len(self._free_by_type) > 1
                 or any(bound_at.get(j) is None for j in job_ids)):
             return None
-        dirty, stale = self._dirty, self._stale if self._indexes else None
         kept: dict[str, GpuSlots] = {}
         taken = 0
         for job_id in job_ids:
-            held = bound_at[job_id]
-            assert held is not None
-            for node, m in held:  # as `_keep`: no longer held, taken
-                node.held &= ~m
-                node.free &= ~m
-                dirty[node.pos] = node
-                if stale is not None:
-                    stale[node.pos] = node
-                taken += m.bit_count()
-            kept[job_id] = self._bound[job_id]
-        self._kept.update(kept)
+            gpus = sum(m.bit_count() for _, m in bound_at[job_id] or ())
+            slots = self._keep(job_id, gpus, None)
+            if slots is None:
+                raise ValueError(f"job {job_id} cannot be kept ahead: another job kept "
+                                 f"before it holds some of its GPUs")
+            kept[job_id] = slots
+            taken += gpus
         self.placed.update(kept)
         self.free_gpus -= taken
         for gpu_type in self._free_by_type:

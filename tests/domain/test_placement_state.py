@@ -217,3 +217,11 @@ def test_keep_ahead_refuses_on_a_cluster_of_several_gpu_types() -> None:
     fit = CyclePlacement(cl, previous={"a": (("n0", (0, 1)),)})
     assert fit.keep_ahead(["a"]) is None
     assert fit.try_place("a", 2) == (("n0", (0, 1)),)
+
+
+def test_keeping_ahead_jobs_that_share_gpus_is_refused_loudly() -> None:
+    """Co-located jobs are the caller's to leave out: the second cannot get its GPUs back."""
+    fit = CyclePlacement(ClusterSpec.uniform(1, 1, 4),
+                         previous={"a": (("n0", (0, 1)),), "b": (("n0", (0, 1)),)})
+    with pytest.raises(ValueError, match="job b cannot be kept ahead"):
+        fit.keep_ahead(["a", "b"])
