@@ -67,12 +67,18 @@ class SimConfig:
         return len(self.jobs) if isinstance(self.jobs, Sized) else self.job_count or 0
 
 
-@dataclass
+@dataclass(repr=False)
 class SimResult:
     summary: dict[str, object]
     jobs: list[JobOutcome] = field(default_factory=list)
     # (time, fraction of the cluster's GPUs busy), a bounded series for utilisation plots
     utilisation: list[tuple[float, float]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        # Short: Python 3.11's asyncio.run formats the finished task, result and all, when it
+        # restores the SIGINT handler (signal.getsignal), which took seconds at 10^5 jobs.
+        return (f"SimResult(jobs={len(self.jobs)}, "
+                f"decision_digest={self.summary.get('decision_digest')!r})")
 
 
 ProgressFn = Callable[[int, int, float], None]  # finished, total, virtual time
