@@ -156,6 +156,14 @@ class DiscretisedLas(OrderedPolicy):
             self._next_rank += 1
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
+        running = snap.running
+        plan = (self._plan_kept(snap, fit, running) if isinstance(running, RunningJobs)
+                else self._plan_all(snap, fit))
+        self._last = plan
+        return plan
+
+    def _plan_all(self, snap: Snapshot, fit: Fitter) -> Plan:
+        """The full walk over every running job's view, ranks numbered from 0."""
         for jid in self._demoted(snap):
             self._append(jid, self._queue[jid] + 1)
         running = sorted((self._key[v.job_id], v.job_id) for v in snap.running)
@@ -165,27 +173,50 @@ class DiscretisedLas(OrderedPolicy):
         for rank, jid in enumerate(plan.run):  # plan.run is in walk order
             self._key[jid] = (self._queue[jid], 0, rank)
         self._next_rank = len(plan.run)
-        # A preempted job keeps its place in the walk: one that ran last cycle goes in front of
-        # its queue's waiting jobs; one demoted this cycle stays at the back of its new queue.
-        preempted = [(k, jid) for k, jid in running if jid not in plan.run]
+        self._requeue_preempted([item for item in running if item[1] not in plan.run], snap)
+        plan.wakeup_at = self._next_demotion(snap, plan.run)
+        self._due.clear()
+        self._demotions.clear()
+        self._wakeups.clear()
+        self.set_taken([])
+        return plan
+
+    def _plan_kept(self, snap: Snapshot, fit: Fitter, running: RunningJobs) -> Plan:
+        """The full walk where the scheduler makes running jobs' views only when read. The
+        running jobs ahead of every waiting job keep their GPUs and their keys
+        (`OrderedPolicy._walk_start`), and the ranks of those walked stand: only jobs that
+        start or are demoted get ranks, after every running job's, in walk order. Within a
+        queue that orders the keys as numbering every job from 0 in walk order would, and
+        ranks are compared within a queue alone. Predicted crossings are kept but for the
+        jobs whose queue changes."""
+        demoted = running.in_order(self._kept_demoted(snap, running))
+        for jid in demoted:
+            self._take(jid, self._append(jid, self._queue[jid] + 1))
+        kept, ranked = self._walk_start(snap, fit)
+        plan = greedy_fill(self.streams(ranked), snap.jobs, fit, self.name, kept)
+        fresh = [jid for jid in plan.run if self._key[jid][1] == 1]  # starts and demotions
+        self._rank_anew(fresh)
+        preempted = [item for item in ranked if item[1] not in plan.run]
+        for _, jid in preempted:
+            self._untake(jid)
+            self._unpredict(jid)
+        self._requeue_preempted(preempted, snap)
+        for jid in fresh:
+            self._take(jid, self._key[jid])
+            self._predict(jid, snap)
+        plan.wakeup_at = self._kept_wakeup(snap)
+        return plan
+
+    def _requeue_preempted(self, preempted: list[tuple[Key, str]], snap: Snapshot) -> None:
+        """A preempted job keeps its place in the walk: one that ran last cycle goes in front
+        of its queue's waiting jobs; one demoted this cycle stays at the back of its new
+        queue."""
         for k, jid in sorted(preempted, reverse=True):
             if k[1] == 0:
                 self._front -= 1
                 k = (self._queue[jid], 1, self._front)
                 self._key[jid] = k
             self._enqueue(snap.jobs[jid], k)
-        plan.wakeup_at = self._next_demotion(snap, plan.run)
-        self._last = plan
-        self._due.clear()  # every running job's key and times anew (or from the views)
-        self._demotions.clear()
-        self._wakeups.clear()
-        if isinstance(snap.running, RunningJobs):
-            self.set_taken([(self._key[jid], jid) for jid in plan.run])
-            for jid in plan.run:
-                self._predict(jid, snap)
-        else:
-            self.set_taken([])
-        return plan
 
     def _next_demotion(self, snap: Snapshot, running: Iterable[str]) -> float | None:
         """When the next of the `running` jobs crosses its queue limit (Tiresias' "job jump"

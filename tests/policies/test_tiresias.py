@@ -9,12 +9,16 @@ The queue of a job is read from the policy's key, whose first element is the que
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import pytest
 
+import policies
+from domain.placement import CyclePlacement
+from policies.base import JobView, RunningJobs, Snapshot
 from schemas.job import JobSpec
 from schemas.status import StatusCode
-from tests.builders import cluster, make_job
+from tests.builders import cluster, make_job, view
 from tests.policies.driver import Driver
 
 MLFQ = ("las", "tiresias")
@@ -244,3 +248,57 @@ def test_no_head_of_line_blocking(policy: str) -> None:
     st = d.status("big")
     assert st.queue_position == 1 and st.code is StatusCode.WAITING_FOR_PRIORITY
     assert st.decided_by == policy
+
+
+class _Reads(dict[str, JobView]):
+    """Views that note which jobs' were read."""
+
+    def __init__(self, views: dict[str, JobView]) -> None:
+        super().__init__(views)
+        self.read: set[str] = set()
+
+    def __getitem__(self, job_id: str) -> JobView:
+        self.read.add(job_id)
+        return super().__getitem__(job_id)
+
+
+def _snapshot(views: dict[str, JobView], running: list[str], now: float,
+              irregular: frozenset[str] = frozenset()) -> Snapshot:
+    """A cycle's snapshot as the scheduler makes it where many jobs run: running jobs'
+    views made when read."""
+    made = RunningJobs(dict.fromkeys(running).keys(),
+                       lambda: tuple(views[j] for j in running), frozenset(),
+                       lambda ids: [j for j in running if j in set(ids)], irregular)
+    return Snapshot(now, cluster(1, 8), MappingProxyType(views), made)
+
+
+@pytest.mark.parametrize(("irregular", "read"), [
+    pytest.param(frozenset(), {"b"}, id="the-queue-0-job-kept-unread"),
+    pytest.param(frozenset({"a"}), {"a", "b"}, id="a-job-ahead-sharing-gpus-is-walked"),
+])
+def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_them(
+        irregular: frozenset[str], read: set[str]) -> None:
+    """a (2 GPUs, queue 0) and b (4 GPUs, queue 1: it arrives with 4,000 s of service) run on
+    8 GPUs; c (4 GPUs) enters queue 0, behind a and ahead of b, and displaces b. The walk
+    gives a its GPUs back without reading it (unless a may not simply get them back), and
+    the ranks left order a before c, as numbering the walk from 0 would."""
+    a, b, c = J("a", 2), J("b", 4), J("c", 4)
+    policy = policies.make("tiresias")
+    fit = CyclePlacement(cluster(1, 8), "count", {})
+    first = {"a": view(a), "b": view(b, attained=4000)}
+    for v in first.values():
+        policy.job_added(v)
+    started = policy.plan(_snapshot(first, [], 0.0), fit).run
+    assert set(started) == {"a", "b"}
+    later = {"a": view(a, True, attained=100), "b": view(b, True, attained=4100),
+             "c": view(c)}
+    for jid in started:
+        policy.job_running(later[jid])
+        fit.bind(jid, started[jid])
+    fit.next_cycle()
+    policy.job_added(later["c"])
+    views = _Reads(later)
+    plan = policy.plan(_snapshot(views, ["a", "b"], 100.0, irregular), fit)
+    assert set(plan.run) == {"a", "c"} and plan.run["a"] == started["a"]
+    assert views.read - {"c"} == read
+    assert policy.key(later["a"]) < policy.key(later["c"]) < policy.key(later["b"])
