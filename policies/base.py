@@ -76,21 +76,24 @@ class RunningJobs(Sequence[JobView]):
     whose policy reads none of them (an in-place cycle of a policy that keeps its running
     jobs' ranks itself) does not pay for a view of every running job.
 
-    `ids`, `reported` and `irregular` are read without making views: which jobs run, which
-    of them a node reported progress for since the previous cycle (a report replaces the
-    estimate, so it may set a job back), and which of them a walk may not simply give back
-    their GPUs (`JobTable.irregular`). Read it while the cycle plans; the scheduler closes
-    it after."""
+    `ids`, `reported`, `irregular` and `spec_of` are read without making views: which jobs
+    run, which of them a node reported progress for since the previous cycle (a report
+    replaces the estimate, so it may set a job back), which of them a walk may not simply
+    give back their GPUs (`JobTable.irregular`), and a running job's spec (None for a job
+    not running), all a walk needs of a running job it does not rank by its view. Read it
+    while the cycle plans; the scheduler closes it after."""
 
-    __slots__ = ("_make", "_order", "_views", "ids", "irregular", "reported")
+    __slots__ = ("_make", "_order", "_views", "ids", "irregular", "reported", "spec_of")
 
     def __init__(self, ids: Collection[str], make: Callable[[], tuple[JobView, ...]],
                  reported: Collection[str] = (),
                  order: Callable[[Iterable[str]], list[str]] | None = None,
-                 irregular: Collection[str] = ()) -> None:
+                 irregular: Collection[str] = (),
+                 spec_of: Callable[[str], JobSpec | None] | None = None) -> None:
         self.ids = ids
         self.reported = reported
         self.irregular = irregular
+        self.spec_of = spec_of
         self._make: Callable[[], tuple[JobView, ...]] | None = make
         self._order = order
         self._views: tuple[JobView, ...] | None = None
@@ -268,10 +271,13 @@ Stream = tuple[int | None, Iterator[Ranked]]  # (GPU count of every job in it, o
 
 
 def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fitter,
-                decided_by: str, kept: Mapping[str, GpuSlots] | None = None) -> Plan:
+                decided_by: str, kept: Mapping[str, GpuSlots] | None = None,
+                running_spec: Callable[[str], JobSpec | None] | None = None) -> Plan:
     """Place jobs in merged key order, all-or-nothing, skipping those that do not fit;
     after `kept`, running jobs already given back their GPUs (`Fitter.keep_ahead`) that
-    rank ahead of every job in the streams.
+    rank ahead of every job in the streams. `running_spec` (`RunningJobs.spec_of`): a
+    running job's spec, so the walk need not make the view of a job of a mixed stream that
+    runs.
 
     This is the loop of the Tiresias and Muri simulators (no head-of-line blocking). Each
     stream is already sorted; a stream whose jobs all need the same GPU count is dropped as
@@ -294,10 +300,14 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
         size, items = sources[i]
         if size is not None and (size >= limit or (unfit and size in unfit)):
             continue  # nothing in this stream can fit any more
-        job = jobs[job_id]
-        g = size if size is not None else job.gpus
-        if g < limit and not (unfit and g in unfit and not job.running):
-            spec = job.spec
+        spec = running_spec(job_id) if running_spec is not None and size is None else None
+        if spec is not None:
+            running = True
+        else:
+            job = jobs[job_id]
+            spec, running = job.spec, job.running
+        g = size if size is not None else spec.gpus
+        if g < limit and not (unfit and g in unfit and not running):
             slots = (fit.try_place(job_id, g) if spec.throughputs is None  # most jobs
                      else place_runnable(fit, spec, g))
             if slots is not None:
@@ -313,7 +323,7 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
                     plan.unfit_from, plan.fragmented = g, plan.blocked[job_id].reason
                 # A waiting job free to use any GPU type failed at this size: so would any
                 # later waiting one (a running job may still keep its own GPUs).
-                if unfit is not None and not job.running and any_type(job.spec):
+                if unfit is not None and not running and any_type(spec):
                     unfit[g] = plan.blocked[job_id].reason
         nxt = next(items, None)
         if nxt is not None:

@@ -193,7 +193,8 @@ class DiscretisedLas(OrderedPolicy):
         for jid in demoted:
             self._take(jid, self._append(jid, self._queue[jid] + 1))
         kept, ranked = self._walk_start(snap, fit)
-        plan = greedy_fill(self.streams(ranked), snap.jobs, fit, self.name, kept)
+        plan = greedy_fill(self.streams(ranked), snap.jobs, fit, self.name, kept,
+                           running.spec_of)
         fresh = [jid for jid in plan.run if self._key[jid][1] == 1]  # starts and demotions
         self._rank_anew(fresh)
         preempted = [item for item in ranked if item[1] not in plan.run]

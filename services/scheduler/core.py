@@ -316,7 +316,7 @@ class SchedulerCore(CoreDefaults):
             running, seen = self._running_views(), views.plain()
         else:  # many: each running job's view made only if read
             running = RunningJobs(jobs.running.keys(), self._running_views, reported,
-                                  jobs.in_admission_order, jobs.irregular())
+                                  jobs.in_admission_order, jobs.irregular(), jobs.running_spec)
             seen = MappingProxyType(views)
         snap = Snapshot(now=now, cluster=self.cluster, jobs=seen, running=running)
         scheme = self.config.placement or self.policy.placement

@@ -284,6 +284,11 @@ class JobTable(Mapping[str, JobRecord]):
             return frozenset()
         return frozenset(self._sharing.keys() | self._resized)
 
+    def running_spec(self, job_id: str) -> JobSpec | None:
+        """A running job's spec (None if it does not run), without charging it."""
+        rec = self.running.get(job_id)
+        return None if rec is None else rec.spec
+
     def busy_gpus(self) -> int:
         """GPUs the running jobs hold, each counted once: only a co-located group's members
         share GPUs (a job alone has its own), so only theirs need a set."""

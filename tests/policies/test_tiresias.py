@@ -265,24 +265,28 @@ class _Reads(dict[str, JobView]):
 def _snapshot(views: dict[str, JobView], running: list[str], now: float,
               irregular: frozenset[str] = frozenset()) -> Snapshot:
     """A cycle's snapshot as the scheduler makes it where many jobs run: running jobs'
-    views made when read."""
+    views made when read, their specs read without."""
+    specs = {j: dict.__getitem__(views, j).spec for j in running}
     made = RunningJobs(dict.fromkeys(running).keys(),
                        lambda: tuple(views[j] for j in running), frozenset(),
-                       lambda ids: [j for j in running if j in set(ids)], irregular)
+                       lambda ids: [j for j in running if j in set(ids)], irregular,
+                       specs.get)
     return Snapshot(now, cluster(1, 8), MappingProxyType(views), made)
 
 
-@pytest.mark.parametrize(("irregular", "read"), [
-    pytest.param(frozenset(), {"b"}, id="the-queue-0-job-kept-unread"),
-    pytest.param(frozenset({"a"}), {"a", "b"}, id="a-job-ahead-sharing-gpus-is-walked"),
+@pytest.mark.parametrize(("c_gpus", "irregular", "read", "runs"), [
+    pytest.param(2, frozenset(), set(), "abc", id="fits-beside-both-neither-read"),
+    pytest.param(4, frozenset(), {"b"}, "ac", id="displaces-b-only-b-read-to-requeue-it"),
+    pytest.param(4, frozenset({"a"}), {"a", "b"}, "ac", id="a-job-ahead-sharing-gpus-walks-all"),
 ])
 def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_them(
-        irregular: frozenset[str], read: set[str]) -> None:
-    """a (2 GPUs, queue 0) and b (4 GPUs, queue 1: it arrives with 4,000 s of service) run on
-    8 GPUs; c (4 GPUs) enters queue 0, behind a and ahead of b, and displaces b. The walk
-    gives a its GPUs back without reading it (unless a may not simply get them back), and
-    the ranks left order a before c, as numbering the walk from 0 would."""
-    a, b, c = J("a", 2), J("b", 4), J("c", 4)
+        c_gpus: int, irregular: frozenset[str], read: set[str], runs: str) -> None:
+    """a (1 GPU, queue 0) and b (4 GPUs, queue 1: it arrives with 4,000 s of service) run on
+    8 GPUs; c enters queue 0, behind a and ahead of b, and takes free GPUs or displaces
+    b. The walk gives a its GPUs back without reading it (unless a may not simply get them
+    back), re-places b from its spec, and the ranks left order a before c before b, as
+    numbering the walk from 0 would."""
+    a, b, c = J("a", 1), J("b", 4), J("c", c_gpus)
     policy = policies.make("tiresias")
     fit = CyclePlacement(cluster(1, 8), "count", {})
     first = {"a": view(a), "b": view(b, attained=4000)}
@@ -299,6 +303,6 @@ def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_t
     policy.job_added(later["c"])
     views = _Reads(later)
     plan = policy.plan(_snapshot(views, ["a", "b"], 100.0, irregular), fit)
-    assert set(plan.run) == {"a", "c"} and plan.run["a"] == started["a"]
+    assert set(plan.run) == set(runs) and plan.run["a"] == started["a"]
     assert views.read - {"c"} == read
     assert policy.key(later["a"]) < policy.key(later["c"]) < policy.key(later["b"])

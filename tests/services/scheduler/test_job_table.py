@@ -146,6 +146,22 @@ def test_a_job_on_other_than_its_gangs_gpu_count_is_irregular_until_placed_as_as
     assert table.irregular() == set()
 
 
+def test_a_running_jobs_spec_is_read_without_charging_it() -> None:
+    """A walk re-places running jobs from their specs (`RunningJobs.spec_of`): only running
+    jobs have one there, and reading it leaves the job's charges as they were."""
+    table = JobTable()
+    a, b = make_job("a").gpus(2).build(), make_job("b").build()
+    rec = table.add(a, 0.0)
+    table.add(b, 0.0)
+    table.set_running(rec)
+    synced = rec.synced
+    assert (table.running_spec("a"), table.running_spec("b"),
+            table.running_spec("gone")) == (a, None, None)
+    assert rec.synced == synced
+    table.clear_running("a")
+    assert table.running_spec("a") is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(steps=st.lists(st.tuples(st.sampled_from(["cycle", "cycle", "read", "stop"]),
                                 st.integers(0, 2), st.floats(0.1, 400.0)),
