@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from policies.base import JobView
+from policies.base import JobView, RunningJobs, Snapshot
 from policies.mechanisms.ordered import Key, OrderedPolicy
 
 
@@ -11,3 +11,10 @@ class Fifo(OrderedPolicy):
 
     def key(self, job: JobView) -> Key:
         return (job.spec.submit_time_s, job.job_id)
+
+    def running_key(self, job_id: str, snap: Snapshot) -> Key:
+        spec_of = snap.running.spec_of if isinstance(snap.running, RunningJobs) else None
+        spec = spec_of(job_id) if spec_of is not None else None
+        if spec is None:  # no view-free spec: as every policy
+            return super().running_key(job_id, snap)
+        return (spec.submit_time_s, job_id)  # the key, from the spec: no view made

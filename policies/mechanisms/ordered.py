@@ -247,7 +247,8 @@ class OrderedPolicy(Policy):
             self.settle(snap, plan, [])
         else:
             kept, running = self._walk_start(snap, fit)
-            plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name, kept)
+            spec_of = snap.running.spec_of if isinstance(snap.running, RunningJobs) else None
+            plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name, kept, spec_of)
             self.settle(snap, plan, running, every=not kept)
         self._last = plan
         return plan

@@ -378,3 +378,20 @@ def _snapshot(views: dict[str, JobView], running: list[str],
     made = RunningJobs(dict.fromkeys(running).keys(),
                        lambda: tuple(views[j] for j in running), reported, irregular=irregular)
     return Snapshot(0.0, cluster(1, 4), MappingProxyType(views), made)
+
+
+@pytest.mark.parametrize(("with_specs", "read"), [
+    pytest.param(True, set(), id="from-the-spec-unread"),
+    pytest.param(False, {"a"}, id="no-specs-from-the-view"),
+])
+def test_fifo_ranks_a_running_job_from_its_spec(with_specs: bool, read: set[str]) -> None:
+    """fifo's key is the submit time: a walk ranks a running job from its spec where the
+    snapshot gives specs without views, and the key is the same either way."""
+    a = make_job("a").submit(7.0).build()
+    views = _Reads({"a": view(a, True)})
+    running = RunningJobs(["a"], lambda: (views["a"],),
+                          spec_of={"a": a}.get if with_specs else None)
+    snap = Snapshot(0.0, cluster(1, 4), MappingProxyType(views), running)
+    policy = policies.make("fifo")
+    assert policy.running_key("a", snap) == policy.key(view(a, True))
+    assert views.read == read
