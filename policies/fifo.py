@@ -8,6 +8,7 @@ class Fifo(OrderedPolicy):
     name = "fifo"
     description = "First in, first out by submit time; later jobs may fill GPUs the head cannot use"
     keys_fall = True  # a fixed key
+    views_for_keys = False  # from the spec (`running_key`)
 
     def key(self, job: JobView) -> Key:
         return (job.spec.submit_time_s, job.job_id)

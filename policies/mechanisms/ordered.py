@@ -52,6 +52,9 @@ class OrderedPolicy(Policy):
     # Whether a running job's key can only fall or stay while it runs and nothing reports on
     # it (remaining time only shrinks): then a key taken earlier is an upper bound.
     keys_fall: ClassVar[bool] = False
+    # Whether a running job's key is read from its view (srtf's remaining time): the walk then
+    # reads the view made for the key, else the job's spec (`RunningJobs.spec_of`).
+    views_for_keys: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._buckets: dict[int, SortedList] = {}  # GPU count → sorted (key, job_id)
@@ -247,7 +250,8 @@ class OrderedPolicy(Policy):
             self.settle(snap, plan, [])
         else:
             kept, running = self._walk_start(snap, fit)
-            spec_of = snap.running.spec_of if isinstance(snap.running, RunningJobs) else None
+            spec_of = (snap.running.spec_of if isinstance(snap.running, RunningJobs)
+                       and not self.views_for_keys else None)
             plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name, kept, spec_of)
             self.settle(snap, plan, running, every=not kept)
         self._last = plan
