@@ -94,6 +94,19 @@ def view(spec: JobSpec, running: bool = False, done: float = 0.0, attained: floa
     return JobView.make(spec, running, done, attained)
 
 
+class ReadViews(dict[str, JobView]):
+    """Views that note which jobs' were read (what a walk costs where views are made when
+    read)."""
+
+    def __init__(self, views: dict[str, JobView]) -> None:
+        super().__init__(views)
+        self.read: set[str] = set()
+
+    def __getitem__(self, job_id: str) -> JobView:
+        self.read.add(job_id)
+        return super().__getitem__(job_id)
+
+
 def simulate(jobs: Iterable[JobSpec], policy: str, cl: ClusterSpec | None = None,
              **kwargs: Any) -> SimResult:
     cfg = SimConfig(policy=policy, jobs=jobs, cluster=cl or cluster(), **kwargs)

@@ -18,7 +18,7 @@ from domain.placement import CyclePlacement
 from policies.base import JobView, RunningJobs, Snapshot
 from schemas.job import JobSpec
 from schemas.status import StatusCode
-from tests.builders import cluster, make_job, view
+from tests.builders import ReadViews, cluster, make_job, view
 from tests.policies.driver import Driver
 
 MLFQ = ("las", "tiresias")
@@ -250,18 +250,6 @@ def test_no_head_of_line_blocking(policy: str) -> None:
     assert st.decided_by == policy
 
 
-class _Reads(dict[str, JobView]):
-    """Views that note which jobs' were read."""
-
-    def __init__(self, views: dict[str, JobView]) -> None:
-        super().__init__(views)
-        self.read: set[str] = set()
-
-    def __getitem__(self, job_id: str) -> JobView:
-        self.read.add(job_id)
-        return super().__getitem__(job_id)
-
-
 def _snapshot(views: dict[str, JobView], running: list[str], now: float,
               irregular: frozenset[str] = frozenset()) -> Snapshot:
     """A cycle's snapshot as the scheduler makes it where many jobs run: running jobs'
@@ -301,7 +289,7 @@ def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_t
         fit.bind(jid, started[jid])
     fit.next_cycle()
     policy.job_added(later["c"])
-    views = _Reads(later)
+    views = ReadViews(later)
     plan = policy.plan(_snapshot(views, ["a", "b"], 100.0, irregular), fit)
     assert set(plan.run) == set(runs) and plan.run["a"] == started["a"]
     assert views.read - {"c"} == read

@@ -17,7 +17,7 @@ from policies.base import JobView, RunningJobs, Snapshot
 from policies.mechanisms.ordered import OrderedPolicy
 from schemas.job import JobSpec
 from schemas.status import StatusCode
-from tests.builders import cluster, make_job, view
+from tests.builders import ReadViews, cluster, make_job, view
 from tests.policies.driver import Driver
 
 ORDERED = ("fifo", "srtf", "srsf")
@@ -326,18 +326,6 @@ def test_a_running_job_set_back_by_a_report_is_ranked_anew(reported: frozenset[s
     assert policy.running_stays(snap) is stays
 
 
-class _Reads(dict[str, JobView]):
-    """Views that note which jobs' were read."""
-
-    def __init__(self, views: dict[str, JobView]) -> None:
-        super().__init__(views)
-        self.read: set[str] = set()
-
-    def __getitem__(self, job_id: str) -> JobView:
-        self.read.add(job_id)
-        return super().__getitem__(job_id)
-
-
 @pytest.mark.parametrize(("irregular", "read"), [
     pytest.param(frozenset(), {"b"}, id="the-job-ahead-kept-unread"),
     pytest.param(frozenset({"a"}), {"a", "b"}, id="a-job-ahead-sharing-gpus-is-walked"),
@@ -365,7 +353,7 @@ def test_a_full_walk_ranks_only_the_running_jobs_that_may_rank_behind_a_waiting_
     policy.job_added(running["d"])
     assert policy.running_stays(_snapshot(running, ["a", "b"]))
     policy.job_added(running["c"])
-    views = _Reads(running)
+    views = ReadViews(running)
     plan = policy.plan(_snapshot(views, ["a", "b"], irregular=irregular), fit)
     assert plan.run == {"a": started["a"], "c": started["b"]}
     assert views.read - {"c", "d"} == read
@@ -388,7 +376,7 @@ def test_fifo_ranks_a_running_job_from_its_spec(with_specs: bool, read: set[str]
     """fifo's key is the submit time: a walk ranks a running job from its spec where the
     snapshot gives specs without views, and the key is the same either way."""
     a = make_job("a").submit(7.0).build()
-    views = _Reads({"a": view(a, True)})
+    views = ReadViews({"a": view(a, True)})
     running = RunningJobs(["a"], lambda: (views["a"],),
                           spec_of={"a": a}.get if with_specs else None)
     snap = Snapshot(0.0, cluster(1, 4), MappingProxyType(views), running)
