@@ -41,7 +41,7 @@ class DiscretisedLas(OrderedPolicy):
 
     placement = "count"
     keys_fall = True  # a running job's key is set by the plans alone
-    views_for_keys = False
+    views_for_keys = False  # its keys are kept (`running_key`)
     gpu_time: ClassVar[bool]
     limits: ClassVar[tuple[float, ...]] = QUEUE_LIMITS
 
