@@ -133,6 +133,12 @@ class RunningJobs(Sequence[JobView]):
         return iter(self.views())
 
 
+def running_specs(snap: Snapshot) -> Callable[[str], JobSpec | None] | None:
+    """`RunningJobs.spec_of` where the snapshot's running jobs give specs without views."""
+    running = snap.running
+    return running.spec_of if isinstance(running, RunningJobs) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from policies.base import JobView, RunningJobs, Snapshot
+from policies.base import JobView, Snapshot, running_specs
 from policies.mechanisms.ordered import Key, OrderedPolicy
+from schemas.job import JobSpec
 
 
 class Fifo(OrderedPolicy):
@@ -11,11 +12,15 @@ class Fifo(OrderedPolicy):
     views_for_keys = False  # from the spec (`running_key`)
 
     def key(self, job: JobView) -> Key:
-        return (job.spec.submit_time_s, job.job_id)
+        return _submitted(job.spec)
 
     def running_key(self, job_id: str, snap: Snapshot) -> Key:
-        spec_of = snap.running.spec_of if isinstance(snap.running, RunningJobs) else None
+        spec_of = running_specs(snap)
         spec = spec_of(job_id) if spec_of is not None else None
         if spec is None:  # no view-free spec: as every policy
             return super().running_key(job_id, snap)
-        return (spec.submit_time_s, job_id)  # the key, from the spec: no view made
+        return _submitted(spec)  # no view made
+
+
+def _submitted(spec: JobSpec) -> Key:
+    return (spec.submit_time_s, spec.job_id)

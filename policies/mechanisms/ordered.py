@@ -17,6 +17,7 @@ from policies.base import (
     Snapshot,
     Stream,
     greedy_fill,
+    running_specs,
     status_for_waiting,
 )
 from schemas.events import GpuSlots
@@ -250,8 +251,7 @@ class OrderedPolicy(Policy):
             self.settle(snap, plan, [])
         else:
             kept, running = self._walk_start(snap, fit)
-            spec_of = (snap.running.spec_of if isinstance(snap.running, RunningJobs)
-                       and not self.views_for_keys else None)
+            spec_of = None if self.views_for_keys else running_specs(snap)
             plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name, kept, spec_of)
             self.settle(snap, plan, running, every=not kept)
         self._last = plan
