@@ -60,7 +60,8 @@ class CyclePlacement:
     A cycle opened `in_place` leaves every running job on its GPUs (taken, not held): the
     state a cycle reaches once it has re-placed each running job where it was, reached
     without walking them. Between cycles the nodes are kept so, and only a cycle that
-    re-places running jobs turns their GPUs into held ones.
+    re-places running jobs turns their GPUs into held ones: every one of them when the cycle
+    is first used, or only those of the jobs a walk re-places (`keep_all_but`).
     """
 
     # A gang's fit depends on its size (and GPU type) only, and a cycle only takes GPUs: a
@@ -107,9 +108,12 @@ class CyclePlacement:
         self._dirty: dict[int, NodeGpus] = {}  # nodes to reset before the next cycle
         self._stale: dict[int, NodeGpus] = {}  # nodes to re-file before the index is asked
         self._busy: dict[int, NodeGpus] = {}  # nodes some running job is bound to
+        self._shared: set[int] = set()  # nodes where running jobs' GPUs overlap (co-located)
+        self._lost: set[str] = set()  # running jobs whose GPUs no longer exist
         self._busy_gpus = 0
         self._busy_by_type = dict.fromkeys(types, 0)
         self.in_place = False
+        self._holding = False  # opened in full, its running jobs' GPUs not yet held (below)
         # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
         # not either), which lets policies skip ahead; mixed node sizes break that.
         # Buddy blocks mixed with consolidated odd sizes promise no such order.
@@ -130,6 +134,7 @@ class CyclePlacement:
         self._bound[job_id] = slots
         if masks is None:
             self._bound_at[job_id] = None
+            self._lost.add(job_id)
             return
         at = []
         for i, m in masks:
@@ -143,15 +148,21 @@ class CyclePlacement:
         """`job_id` no longer runs (stopped, finished, moved)."""
         if self._bound.pop(job_id, None) is None:
             return
+        self._lost.discard(job_id)
         for node, _ in self._bound_at.pop(job_id) or ():
             del node.holders[job_id]
             self._occupy(node)
 
     def _occupy(self, node: NodeGpus) -> None:
         """Recount a node's occupied GPUs after its holders changed."""
-        occupied = 0
+        occupied = gpus = 0
         for m in node.holders.values():
             occupied |= m
+            gpus += m.bit_count()
+        if gpus != occupied.bit_count():
+            self._shared.add(node.pos)
+        else:
+            self._shared.discard(node.pos)
         change = occupied.bit_count() - node.occupied.bit_count()
         node.occupied = occupied
         self._busy_gpus += change
@@ -177,25 +188,25 @@ class CyclePlacement:
             node.held = 0
             if stale is not None:
                 stale[pos] = node  # as `_reindex`
-        self._dirty = dirty = {}
+        self._dirty = {}
         self._kept: set[str] = set()  # running jobs re-placed (or not) this cycle
         self.placed: dict[str, GpuSlots] = {}
         self.in_place = in_place
+        self._holding = False
         self._free_by_type = dict(topo.cluster.gpus_by_type)
         if in_place:
             self.free_gpus = topo.total_gpus - self._busy_gpus
             for gpu_type, busy in self._busy_by_type.items():
                 self._free_by_type[gpu_type] -= busy
         else:
+            # Running jobs' GPUs are held when the cycle is first used (`_hold_all`), or only
+            # those of the jobs a walk re-places (`keep_all_but`). Until then the nodes stand
+            # as in place, which GPUs out of service would change: those hold at once.
             self.free_gpus = topo.total_gpus
-            for pos, node in self._busy.items():  # free again, but held for their jobs
-                node.free = (1 << node.size) - 1
-                node.held = node.occupied
-                dirty[pos] = node  # as `_moved`
-                if stale is not None:
-                    stale[pos] = node
+            self._holding = True
         self._out = {}
         if topo.out:
+            self._hold_all()
             self._take_out(topo)
         # Drained nodes (`loom drain`): jobs running there keep their GPUs, nothing new lands.
         self.cordoned = frozenset(cordoned)
@@ -206,6 +217,19 @@ class CyclePlacement:
                 idle = node.unheld_free()
                 self.free_gpus -= idle
                 self._free_by_type[node.gpu_type] -= idle
+
+    def _hold_all(self) -> None:
+        """Every running job's GPUs free again, but held for it (a cycle opened in full)."""
+        if not self._holding:
+            return
+        self._holding = False
+        dirty, stale = self._dirty, self._stale if self._indexes else None
+        for pos, node in self._busy.items():
+            node.free = (1 << node.size) - 1
+            node.held = node.occupied
+            dirty[pos] = node  # as `_moved`
+            if stale is not None:
+                stale[pos] = node
 
     def _take_out(self, topo: Topology) -> None:
         """GPUs out of service leave the free pool; one a running job holds is still counted
@@ -242,6 +266,7 @@ class CyclePlacement:
 
     # -- queries used for "why is my job pending" ------------------------------------------
     def largest_block(self) -> int:
+        self._hold_all()
         index = self._indexes.get(None)
         if index is not None:
             self._flush()
@@ -313,6 +338,8 @@ class CyclePlacement:
             return None
         if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
             return None
+        if self._holding:
+            self._hold_all()
         # A running job keeps its GPUs even on a drained node; new placements avoid those.
         slots = self._keep(job_id, gpus, gpu_type, within)
         if slots is not None:  # most calls, at scale: nothing to search
@@ -366,6 +393,7 @@ class CyclePlacement:
         if (self.in_place or self.placed or self._kept or len(self._free_by_type) > 1
                 or any(bound_at.get(j) is None for j in job_ids)):
             return None
+        self._hold_all()
         kept: dict[str, GpuSlots] = {}
         taken = 0
         for job_id in job_ids:
@@ -377,6 +405,41 @@ class CyclePlacement:
             kept[job_id] = slots
             taken += gpus
         self.placed.update(kept)
+        self.free_gpus -= taken
+        for gpu_type in self._free_by_type:
+            self._free_by_type[gpu_type] -= taken
+        return kept
+
+    def keep_all_but(self, running: Collection[str], walked: Collection[str]
+                     ) -> dict[str, GpuSlots] | None:
+        """`keep_ahead` for the `running` jobs but `walked` (which the walk re-places), at the
+        cost of the walked ones: only their GPUs are turned held, and the others' are left
+        taken, as a cycle in place has them. The same state, provided `running` are the jobs
+        bound and no two of them share a GPU (else None, nothing done, as where `keep_ahead`
+        would refuse)."""
+        walked = set(walked)
+        if self._bound.keys() != running:
+            return None
+        if not self._holding:  # held already (GPUs out of service): one by one
+            return self.keep_ahead([j for j in self._bound if j not in walked])
+        if (self.placed or self._kept or len(self._free_by_type) > 1 or self._shared
+                or not self._lost <= walked):
+            return None
+        self._holding = False
+        dirty, stale, bound_at = self._dirty, self._stale if self._indexes else None, self._bound_at
+        held = 0
+        for job_id in walked:
+            for node, m in bound_at.get(job_id) or ():
+                node.free |= m
+                node.held |= m
+                dirty[node.pos] = node  # as `_moved`
+                if stale is not None:
+                    stale[node.pos] = node
+                held += m.bit_count()
+        kept = {j: slots for j, slots in self._bound.items() if j not in walked}
+        self._kept.update(kept)
+        self.placed.update(kept)
+        taken = self._busy_gpus - held
         self.free_gpus -= taken
         for gpu_type in self._free_by_type:
             self._free_by_type[gpu_type] -= taken

@@ -186,6 +186,12 @@ class Fitter(Protocol):
         nothing done, where it might not (`CyclePlacement.keep_ahead`)."""
         ...
 
+    def keep_all_but(self, running: Collection[str], walked: Collection[str]
+                     ) -> dict[str, GpuSlots] | None:
+        """`keep_ahead` for the `running` jobs but `walked`, at the cost of the walked ones
+        (`CyclePlacement.keep_all_but`)."""
+        ...
+
 
 @dataclass
 class Plan:

@@ -108,6 +108,10 @@ class FitterGate:
     def keep_ahead(self, job_ids: Collection[str]) -> dict[str, GpuSlots] | None:
         return None  # a gate counts each job it lets through: the walk goes through it
 
+    def keep_all_but(self, running: Collection[str], walked: Collection[str]
+                     ) -> dict[str, GpuSlots] | None:
+        return None  # as `keep_ahead`
+
     def explain(self, gpus: int) -> str:
         if self._last_refusal is not None:
             return self._last_refusal

@@ -272,18 +272,15 @@ class OrderedPolicy(Policy):
             return {}, self.running_keys(snap)
         self._bound(snap, running)  # every running job's bound, reports taken in
         first, irregular, bounds = min(heads), running.irregular, self._bounds
-        cut = bounds.bisect_left(first)
-        ahead = [jid for _, jid in bounds.islice(0, cut)]
         ranked: list[tuple[Key, str]] = []
-        for _, jid in bounds.islice(cut):
+        for _, jid in bounds.islice(bounds.bisect_left(first)):
             item = (self.running_key(jid, snap), jid)
-            if item < first:
-                ahead.append(jid)
-            else:
+            if item >= first:
                 ranked.append(item)
+        walked = {jid for _, jid in ranked}
         kept = None
-        if not (irregular and any(jid in irregular for jid in ahead)):
-            kept = fit.keep_ahead(ahead)
+        if not (irregular and any(jid not in walked for jid in irregular)):
+            kept = fit.keep_all_but(running.ids, walked)
         if kept is None:
             return {}, self.running_keys(snap)
         ranked.sort()

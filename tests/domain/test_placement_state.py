@@ -1,6 +1,7 @@
 """A CyclePlacement kept across cycles (bind, release, next_cycle) and searched through its
 index places exactly as a fresh, scanned one of the same running jobs (domain/placement.py);
-running jobs kept ahead at once (`keep_ahead`) leave the state re-placing each would.
+running jobs kept ahead at once (`keep_ahead`, or `keep_all_but` those walked) leave the state
+re-placing each would.
 
 The reference for every cycle is `CyclePlacement(cluster, scheme, previous=<running jobs>)`
 built from scratch and scanning every node (an index only from more nodes than any cluster here
@@ -62,25 +63,26 @@ def take_out(topo: Topology, cl: ClusterSpec, pairs: list[tuple[int, int]]) -> s
 
 @settings(max_examples=300, deadline=None)
 @given(cl=clusters(), scheme=st.sampled_from(SCHEMES),
-       cycles=st.lists(st.tuples(cycle_ops, st.booleans(), out_of_service, st.integers(0, 8)),
+       cycles=st.lists(st.tuples(cycle_ops, st.booleans(), out_of_service, st.integers(0, 8),
+                                 st.booleans()),
                        min_size=1, max_size=6),
        cordon=st.lists(st.integers(0, 11), max_size=2))
 def test_kept_and_indexed_places_as_a_fresh_scan(
         cl: ClusterSpec, scheme: str,
         cycles: list[tuple[list[tuple[int, int, str | None, bool]], bool,
-                           list[tuple[int, int]] | None, int]],
+                           list[tuple[int, int]] | None, int, bool]],
         cordon: list[int]) -> None:
     """Each cycle may be opened in place: the reference then re-places every running job
     where it was first (what an in-place cycle stands for) and places only the others.
-    Opened in full, the first `ahead` running jobs may be kept ahead at once: the reference
-    re-places each of them first. GPUs out of service (health) change between cycles: no job
-    is given one it did not hold."""
+    Opened in full, the first `ahead` running jobs may be kept ahead at once (named, or as
+    all but the others): the reference re-places each of them first. GPUs out of service
+    (health) change between cycles: no job is given one it did not hold."""
     topo = Topology(cl)
     cordoned = {cl.nodes[i % len(cl.nodes)].node_id for i in cordon}
     out: set[tuple[str, int]] = set()
     kept = CyclePlacement(topo, scheme, cordoned=cordoned, index_from=1)  # type: ignore[arg-type]
     running: dict[str, GpuSlots] = {}
-    for n, (ops, in_place, pairs, ahead) in enumerate(cycles):
+    for n, (ops, in_place, pairs, ahead, all_but) in enumerate(cycles):
         in_place = in_place and scheme != "yarn" and n > 0  # yarn re-packs running jobs
         if pairs is not None and n:
             out = take_out(topo, cl, pairs)
@@ -91,13 +93,16 @@ def test_kept_and_indexed_places_as_a_fresh_scan(
         after: dict[str, GpuSlots] = {}
         first = sorted(running) if in_place else sorted(running)[:ahead]
         if first and not in_place:
-            got_ahead = kept.keep_ahead(first)
+            rest = sorted(running)[ahead:]
+            got_ahead = (kept.keep_all_but(running.keys(), rest) if all_but
+                         else kept.keep_ahead(first))
             if scheme == "yarn" or len(cl.gpus_by_type) > 1:  # nothing bound; a profile's pick
                 assert got_ahead is None
                 first = []
             else:
                 assert got_ahead == {job: running[job] for job in first}
                 assert kept.keep_ahead(first[:1]) is None  # once, first thing in a cycle
+                assert kept.keep_all_but(running.keys(), rest) is None
         for job in first:
             slots = running[job]
             assert fresh.try_place(job, sum(len(g) for _, g in slots)) == slots
@@ -185,10 +190,21 @@ def _two_nodes_running() -> CyclePlacement:
                           previous={"a": (("n0", (0, 1, 2)),), "b": (("n1", (0, 1)),)})
 
 
-def test_a_job_kept_ahead_is_no_longer_there_to_displace() -> None:
+@pytest.mark.parametrize("keep", [
+    pytest.param(lambda fit: fit.keep_ahead(["a"]), id="named"),
+    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, ["b"]), id="all-but-the-walked"),
+])
+@pytest.mark.parametrize("opening", ["untouched", "index-asked-first", "index-asked-in-place"])
+def test_a_job_kept_ahead_is_no_longer_there_to_displace(
+        keep: Callable[[CyclePlacement], object], opening: str) -> None:
     fit = _two_nodes_running()
-    assert fit.largest_block() == 4  # the index asked: it must learn of the keep
-    assert fit.keep_ahead(["a"]) == {"a": (("n0", (0, 1, 2)),)}
+    if opening == "index-asked-first":
+        assert fit.largest_block() == 4  # the index asked: it must learn of the keep
+    elif opening == "index-asked-in-place":  # the index has the nodes as a cycle in place
+        fit.next_cycle(in_place=True)
+        assert fit.largest_block() == 2
+        fit.next_cycle()
+    assert keep(fit) == {"a": (("n0", (0, 1, 2)),)}
     assert (fit.free_gpus, fit.largest_block()) == (5, 4)
     # No node has 3 unheld GPUs; only b's node has 3 a gang may take, displacing b.
     assert fit.try_place("c", 3) == (("n1", (0, 2, 3)),)  # its unheld GPUs first
@@ -209,6 +225,45 @@ def test_keep_ahead_refuses_where_a_walk_might_not_keep_them(
     free = fit.free_gpus
     assert fit.keep_ahead(ids) is None
     assert fit.free_gpus == free  # nothing done
+
+
+@pytest.mark.parametrize(("prepare", "running", "walked"), [
+    pytest.param(lambda fit: fit.try_place("c", 1), "ab", "b", id="something-placed-already"),
+    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, ["a"]), "ab", "b", id="kept-already"),
+    pytest.param(lambda fit: fit.next_cycle(in_place=True), "ab", "b", id="opened-in-place"),
+    pytest.param(lambda fit: fit.bind("a", (("gone", (0,)),)), "ab", "b",
+                 id="a-kept-jobs-gpus-gone"),
+    pytest.param(lambda fit: fit.bind("c", (("n1", (1, 2)),)), "abc", "bc",
+                 id="walked-jobs-share-gpus"),
+    pytest.param(lambda fit: fit.release("b"), "ab", "a", id="told-of-other-running-jobs"),
+])
+def test_keep_all_but_refuses_where_keeping_them_ahead_might_not(
+        prepare: Callable[[CyclePlacement], object], running: str, walked: str) -> None:
+    fit = _two_nodes_running()
+    prepare(fit)
+    free = fit.free_gpus
+    assert fit.keep_all_but(set(running), list(walked)) is None
+    assert fit.free_gpus == free  # nothing done
+
+
+def test_a_walked_job_left_bound_is_in_place_again_next_cycle() -> None:
+    """Between cycles the scheduler binds or releases every job a walk moved; one neither
+    (not re-placed, still bound) is back on its GPUs, taken, in a cycle in place."""
+    fit = _two_nodes_running()
+    assert fit.keep_all_but({"a", "b"}, ["b"]) == {"a": (("n0", (0, 1, 2)),)}
+    fit.next_cycle(in_place=True)
+    assert fit.free_gpus == 3
+    assert fit.try_place("c", 3) is None  # b's GPUs are not to be taken in place
+
+
+def test_keep_all_but_walks_a_job_whose_gpus_are_gone_as_keep_ahead_does() -> None:
+    fits = _two_nodes_running(), _two_nodes_running()
+    for fit in fits:
+        fit.bind("b", (("gone", (0,)),))
+    assert fits[0].keep_all_but({"a", "b"}, ["b"]) == fits[1].keep_ahead(["a"])
+    assert fits[0].free_gpus == fits[1].free_gpus == 5
+    # Placed anywhere, as a new job: here the tightest node, a's.
+    assert fits[0].try_place("b", 1) == fits[1].try_place("b", 1) == (("n0", (3,)),)
 
 
 def test_keep_ahead_refuses_on_a_cluster_of_several_gpu_types() -> None:
