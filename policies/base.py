@@ -200,6 +200,8 @@ class Plan:
     # In priority order, but for running jobs a walk kept ahead of all (`greedy_fill`'s
     # `kept`): first, in the order they were kept.
     run: dict[str, GpuSlots] = field(default_factory=dict)
+    # How many of `run` come first as kept where they run (nothing to do for them).
+    kept: int = 0
     # Jobs that share GPUs (all members, sorted), for each member; jobs alone are absent.
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     blocked: dict[str, Status] = field(default_factory=dict)  # examined, did not fit
@@ -296,7 +298,7 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
     soon as that count cannot fit (a monotone fitter guarantees no larger gang fits either),
     so a cycle costs O(placed · log streams), not O(queue length).
     """
-    plan = Plan(run=dict(kept) if kept else {})
+    plan = Plan(run=dict(kept), kept=len(kept)) if kept else Plan()
     heads: list[tuple[Any, str, int]] = []
     sources: list[Stream] = list(streams)
     for i, (_, items) in enumerate(sources):

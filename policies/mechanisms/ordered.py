@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
@@ -290,7 +291,7 @@ class OrderedPolicy(Policy):
                every: bool = True) -> None:
         """Move started jobs out of the waiting index and preempted ones into it; `running`:
         the running jobs the walk ranked (`every` one, or those not kept ahead)."""
-        for jid in plan.run:
+        for jid in islice(plan.run, plan.kept, None):  # those kept ahead were not queued
             self._unqueue(jid)
         for _, jid in running:
             if jid not in plan.run:
@@ -314,7 +315,7 @@ class OrderedPolicy(Policy):
                     self._take(jid, k)
                 else:
                     self._untake(jid)
-        for jid in plan.run:
+        for jid in islice(plan.run, plan.kept, None):  # those kept ahead keep theirs
             if jid not in self._taken:
                 self._to_take(jid)
 

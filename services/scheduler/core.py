@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
@@ -385,7 +386,7 @@ class SchedulerCore(CoreDefaults):
             transitions.append(self.transition(rec, JobState.PREEMPTED, cause, now))
             self.views.set(jid, rec.view())
         groups = plan.groups
-        for jid, slots in plan.run.items():
+        for jid, slots in islice(plan.run.items(), plan.kept, None):
             rec = running.get(jid) or self.jobs[jid]
             group = groups.get(jid, ()) if groups else ()
             if rec.state is JobState.RUNNING:

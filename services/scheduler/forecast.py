@@ -23,6 +23,7 @@ import heapq
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from types import MappingProxyType
 
 from domain import causes
@@ -292,7 +293,7 @@ class _Forward:
                 rec.state = JobState.PREEMPTED
                 self.moves.add(jid)
                 self.views[jid] = rec.view()
-        for jid, slots in plan.run.items():
+        for jid, slots in islice(plan.run.items(), plan.kept, None):
             rec = self.jobs[jid]
             group = plan.groups.get(jid, ())
             if rec.state is JobState.RUNNING:
