@@ -9,6 +9,7 @@ A refused plan changes nothing: the whole plan is checked before any of it is ap
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from schemas import subjects
@@ -62,11 +63,13 @@ class PlacerCore(CoreDefaults):
         self._held: dict[str, dict[str, int]] = {n: {} for n in self._rank}  # node → job → mask
         self.bound: dict[str, GpuSlots] = {}
         self.term = 0  # the newest scheduler term seen: older plans are refused (fencing)
-        self._applied: dict[str, None] = {}  # event ids of the latest plans bound, in order
+        # Bounded memories, oldest first: OrderedDict forgets its oldest in O(1), where a dict
+        # scans past every key deleted before it.
+        self._applied: OrderedDict[str, None] = OrderedDict()  # the latest plans bound
         # Jobs whose trainer reported completion. A plan the scheduler made before that
         # report may still launch one (plans and finishes reach the placer on separate
         # consumers); its node would never run it again, so binding it would hold GPUs for ever.
-        self._completed: dict[str, None] = {}
+        self._completed: OrderedDict[str, None] = OrderedDict()
         # Every node a job not yet completed was bound to: only those may report its end.
         self._hosts: dict[str, frozenset[str]] = {}
 
@@ -92,7 +95,7 @@ class PlacerCore(CoreDefaults):
             effects = self._bind(body)
             self._applied[env.event_id] = None
             if len(self._applied) > APPLIED_MEMORY:
-                del self._applied[next(iter(self._applied))]
+                self._applied.popitem(last=False)
             return effects
         if isinstance(body, JobFinished):
             return self._finished(body)
@@ -178,7 +181,7 @@ class PlacerCore(CoreDefaults):
             self._completed[msg.job_id] = None
             self._hosts.pop(msg.job_id, None)
             if len(self._completed) > COMPLETED_MEMORY:
-                del self._completed[next(iter(self._completed))]
+                self._completed.popitem(last=False)
         # A failed run's job may be retried, on these nodes too: not "finished" for them.
         stop = Stop(job_id=msg.job_id,
                     reason=STOP_GANG_FINISHED if msg.failure is None else STOP_GANG_FAILED)

@@ -22,7 +22,8 @@ from schemas.events import (
     envelope,
 )
 from services.nodeagent.gate import CommandGate
-from services.placer.core import DoubleBooking, PlacerCore
+from services.placer import core as placer_core
+from services.placer.core import DoubleBooking, PlacerCore, StillBound
 from services.runtime.effects import Effect, Publish
 from services.runtime.service import RetryLater
 from tests.builders import cluster, make_job
@@ -203,6 +204,31 @@ def test_a_gang_whose_run_failed_is_not_finished_on_its_other_nodes(
     gate.admit(cmd)
     relaunch = NodeCommand(node_id="n1", cycle=2, launches=(launch("a", (("n0", (0,)),)),))
     assert (gate.admit(relaunch) is None) is (failure is None)
+
+
+def test_the_latest_completions_are_remembered_against_launches_decided_before_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan decided before a job completed may still launch it: the placer drops that
+    launch for the last COMPLETED_MEMORY completions, and forgets the oldest first."""
+    monkeypatch.setattr(placer_core, "COMPLETED_MEMORY", 2)
+    core = placer()
+    for k, job in enumerate("abc"):
+        bind(core, launch(job, (("n0", (k,)),)), cycle=k)
+        core.handle(env(JobFinished(job_id=job, node_id="n0", iterations_done=100)), 1.0)
+    late = [launch(job, (("n1", (k,)),)) for k, job in enumerate("abc")]
+    assert summary(bind(core, *late, cycle=9)) == {"n1": ([], ["a"])}  # b and c: completed
+
+
+def test_a_redelivered_plan_binds_once_while_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(placer_core, "APPLIED_MEMORY", 2)
+    core = placer()
+    first = env(plan(1, (launch("a", (("n0", (0,)),)),)))
+    assert summary(core.handle(first, 0.0)) == {"n0": ([], ["a"])}
+    assert core.handle(first, 0.0) == []  # re-delivered: already bound
+    for cycle in (2, 3):  # two newer plans: the first is forgotten, and binds again
+        bind(core, cycle=cycle)
+    with pytest.raises(StillBound):
+        core.handle(first, 0.0)
 
 
 def test_finish_of_an_unknown_job_is_ignored() -> None:
