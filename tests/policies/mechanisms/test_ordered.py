@@ -14,6 +14,7 @@ import pytest
 import policies
 from domain.placement import CyclePlacement
 from policies.base import JobView, RunningJobs, Snapshot
+from policies.mechanisms import ordered
 from policies.mechanisms.ordered import OrderedPolicy
 from schemas.job import JobSpec
 from schemas.status import StatusCode
@@ -357,6 +358,38 @@ def test_a_full_walk_ranks_only_the_running_jobs_that_may_rank_behind_a_waiting_
     plan = policy.plan(_snapshot(views, ["a", "b"], irregular=irregular), fit)
     assert plan.run == {"a": started["a"], "c": started["b"]}
     assert views.read - {"c", "d"} == read
+
+
+@pytest.mark.parametrize("rebuild_from", [
+    pytest.param(1, id="bounds-updated-one-by-one"),
+    pytest.param(4, id="bounds-sorted-anew"),
+])
+def test_after_a_full_walk_the_kept_jobs_bounds_stand(monkeypatch: pytest.MonkeyPatch,
+                                                      rebuild_from: int) -> None:
+    """As above: a is kept ahead unread, c displaces b. The next check takes the key of c,
+    which started, and of the last running job again (c), but not a's: its bound stands,
+    however the walk's keys went back into the bounds (`REBUILD_FROM`)."""
+    monkeypatch.setattr(ordered, "REBUILD_FROM", rebuild_from)
+    a, b, c, d = J("a", 2, 100), J("b", 2, 1000), J("c", 2, 500), J("d", 2, 5000)
+    policy = policies.make("srtf")
+    fit = CyclePlacement(cluster(1, 4), "consolidated", {})
+    first = {"a": view(a), "b": view(b)}
+    for v in first.values():
+        policy.job_added(v)
+    started = policy.plan(_snapshot(first, []), fit).run
+    running = {"a": view(a, True), "b": view(b, True), "c": view(c), "d": view(d)}
+    for jid in started:
+        policy.job_running(running[jid])
+        fit.bind(jid, started[jid])
+    fit.next_cycle()
+    policy.job_added(running["d"])
+    assert policy.running_stays(_snapshot(running, ["a", "b"]))
+    policy.job_added(running["c"])
+    assert policy.plan(_snapshot(running, ["a", "b"]), fit).run == {
+        "a": started["a"], "c": started["b"]}
+    after = ReadViews({**running, "b": view(b), "c": view(c, True)})
+    assert policy.running_stays(_snapshot(after, ["a", "c"]))
+    assert after.read == {"c"}
 
 
 def _snapshot(views: dict[str, JobView], running: list[str],
