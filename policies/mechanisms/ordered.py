@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from itertools import islice
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sortedcontainers import SortedList
 
@@ -315,7 +315,8 @@ class OrderedPolicy(Policy):
               and REBUILD_FROM * len(running) >= len(self._taken)):
             # Many walked: the bounds sorted anew beat a sorted-list update for each.
             walked = {jid for _, jid in running}
-            self.set_taken([*((k, jid) for jid, k in self._taken.items() if jid not in walked),
+            kept = [(k, jid) for jid, k in self._taken.items() if jid not in walked]
+            self.set_taken([*cast(list[tuple[Key, str]], kept),  # none untaken: all keyed
                             *((k, jid) for k, jid in running if jid in plan.run)])
         elif not plan.stay:
             for k, jid in running:
