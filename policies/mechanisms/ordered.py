@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from itertools import islice
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
 
@@ -26,8 +26,6 @@ from schemas.status import Status
 
 Key = tuple[Any, ...]
 _RETAKES = 64  # at most so many running jobs' keys taken again per check (a bound either way)
-# A walk that ranked at least 1/REBUILD_FROM of the running jobs sorts the bounds anew.
-REBUILD_FROM = 4
 
 
 class OrderedPolicy(Policy):
@@ -311,13 +309,6 @@ class OrderedPolicy(Policy):
         which its waiting key may not know)."""
         if not plan.stay and every:
             self.set_taken([(k, jid) for k, jid in running if jid in plan.run])
-        elif (not plan.stay and not self._untaken
-              and REBUILD_FROM * len(running) >= len(self._taken)):
-            # Many walked: the bounds sorted anew beat a sorted-list update for each.
-            walked = {jid for _, jid in running}
-            kept = [(k, jid) for jid, k in self._taken.items() if jid not in walked]
-            self.set_taken([*cast(list[tuple[Key, str]], kept),  # none untaken: all keyed
-                            *((k, jid) for k, jid in running if jid in plan.run)])
         elif not plan.stay:
             for k, jid in running:
                 if jid in plan.run:
