@@ -15,6 +15,7 @@ import policies
 from domain.placement import CyclePlacement
 from policies.base import JobView, RunningJobs, Snapshot
 from policies.mechanisms.ordered import OrderedPolicy
+from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import StatusCode
 from tests.builders import ReadViews, cluster, make_job, view
@@ -326,6 +327,38 @@ def test_a_running_job_set_back_by_a_report_is_ranked_anew(reported: frozenset[s
     assert policy.running_stays(snap) is stays
 
 
+@dataclass
+class Overtaken:
+    """a (100 s) and b (1,000 s) run on the only 4 GPUs, their keys taken (d, 5,000 s, waits
+    behind both); c (500 s) has just arrived, ahead of b only."""
+
+    policy: OrderedPolicy
+    fit: CyclePlacement
+    started: dict[str, GpuSlots]
+    views: dict[str, JobView]
+
+
+def overtaken() -> Overtaken:
+    a, b, c, d = J("a", 2, 100), J("b", 2, 1000), J("c", 2, 500), J("d", 2, 5000)
+    policy = policies.make("srtf")
+    assert isinstance(policy, OrderedPolicy)
+    fit = CyclePlacement(cluster(1, 4), "consolidated", {})
+    first = {"a": view(a), "b": view(b)}
+    for v in first.values():
+        policy.job_added(v)
+    started = policy.plan(_snapshot(first, []), fit).run
+    assert set(started) == {"a", "b"}
+    running = {"a": view(a, True), "b": view(b, True), "c": view(c), "d": view(d)}
+    for jid in started:
+        policy.job_running(running[jid])
+        fit.bind(jid, started[jid])
+    fit.next_cycle()
+    policy.job_added(running["d"])
+    assert policy.running_stays(_snapshot(running, ["a", "b"]))
+    policy.job_added(running["c"])
+    return Overtaken(policy, fit, started, running)
+
+
 @pytest.mark.parametrize(("irregular", "read"), [
     pytest.param(frozenset(), {"b"}, id="the-job-ahead-kept-unread"),
     pytest.param(frozenset({"a"}), {"a", "b"}, id="a-job-ahead-sharing-gpus-is-walked"),
@@ -333,54 +366,25 @@ def test_a_running_job_set_back_by_a_report_is_ranked_anew(reported: frozenset[s
 ])
 def test_a_full_walk_ranks_only_the_running_jobs_that_may_rank_behind_a_waiting_one(
         irregular: frozenset[str], read: set[str]) -> None:
-    """a (100 s) and b (1,000 s) run on the only 4 GPUs; c (500 s) arrives, ahead of b only,
-    and displaces it. The walk gives a its GPUs back without reading it, unless a may not
-    simply get them back (`RunningJobs.irregular`): then it walks every running job."""
-    a, b, c = J("a", 2, 100), J("b", 2, 1000), J("c", 2, 500)
-    policy = policies.make("srtf")
-    fit = CyclePlacement(cluster(1, 4), "consolidated", {})
-    first = {"a": view(a), "b": view(b)}
-    for v in first.values():
-        policy.job_added(v)
-    started = policy.plan(_snapshot(first, []), fit).run
-    assert set(started) == {"a", "b"}
-    d = J("d", 2, 5000)  # waits behind both: their keys are taken
-    running = {"a": view(a, True), "b": view(b, True), "c": view(c), "d": view(d)}
-    for jid in started:
-        policy.job_running(running[jid])
-        fit.bind(jid, started[jid])
-    fit.next_cycle()
-    policy.job_added(running["d"])
-    assert policy.running_stays(_snapshot(running, ["a", "b"]))
-    policy.job_added(running["c"])
-    views = ReadViews(running)
-    plan = policy.plan(_snapshot(views, ["a", "b"], irregular=irregular), fit)
-    assert plan.run == {"a": started["a"], "c": started["b"]}
+    """c displaces b (`overtaken`). The walk gives a its GPUs back without reading it, unless
+    a may not simply get them back (`RunningJobs.irregular`): then it walks every running
+    job."""
+    case = overtaken()
+    views = ReadViews(case.views)
+    plan = case.policy.plan(_snapshot(views, ["a", "b"], irregular=irregular), case.fit)
+    assert plan.run == {"a": case.started["a"], "c": case.started["b"]}
     assert views.read - {"c", "d"} == read
 
 
 def test_after_a_full_walk_the_kept_jobs_bounds_stand() -> None:
-    """As above: a is kept ahead unread, c displaces b. The next check takes the key of c,
-    which started, and of the last running job again (c), but not a's: its bound stands."""
-    a, b, c, d = J("a", 2, 100), J("b", 2, 1000), J("c", 2, 500), J("d", 2, 5000)
-    policy = policies.make("srtf")
-    fit = CyclePlacement(cluster(1, 4), "consolidated", {})
-    first = {"a": view(a), "b": view(b)}
-    for v in first.values():
-        policy.job_added(v)
-    started = policy.plan(_snapshot(first, []), fit).run
-    running = {"a": view(a, True), "b": view(b, True), "c": view(c), "d": view(d)}
-    for jid in started:
-        policy.job_running(running[jid])
-        fit.bind(jid, started[jid])
-    fit.next_cycle()
-    policy.job_added(running["d"])
-    assert policy.running_stays(_snapshot(running, ["a", "b"]))
-    policy.job_added(running["c"])
-    assert policy.plan(_snapshot(running, ["a", "b"]), fit).run == {
-        "a": started["a"], "c": started["b"]}
-    after = ReadViews({**running, "b": view(b), "c": view(c, True)})
-    assert policy.running_stays(_snapshot(after, ["a", "c"]))
+    """a is kept ahead unread, c displaces b (`overtaken`). The next check takes the key of
+    c, which started, and of the last running job again (c), but not a's: its bound stands."""
+    case = overtaken()
+    plan = case.policy.plan(_snapshot(case.views, ["a", "b"]), case.fit)
+    assert plan.run == {"a": case.started["a"], "c": case.started["b"]}
+    after = ReadViews({**case.views, "b": view(case.views["b"].spec),
+                       "c": view(case.views["c"].spec, True)})
+    assert case.policy.running_stays(_snapshot(after, ["a", "c"]))
     assert after.read == {"c"}
 
 
