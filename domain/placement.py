@@ -36,6 +36,7 @@ same rules then apply to the nodes of that type only; without a type any node ma
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 from domain.free_gpus import FreeIndex, NodeGpus
@@ -410,14 +411,13 @@ class CyclePlacement:
             self._free_by_type[gpu_type] -= taken
         return kept
 
-    def keep_all_but(self, running: Collection[str], walked: Collection[str]
+    def keep_all_but(self, running: Collection[str], walked: AbstractSet[str]
                      ) -> dict[str, GpuSlots] | None:
         """`keep_ahead` for the `running` jobs but `walked` (which the walk re-places), at the
         cost of the walked ones: only their GPUs are turned held, and the others' are left
         taken, as a cycle in place has them. The same state, provided `running` are the jobs
         bound and no two of them share a GPU (else None, nothing done, as where `keep_ahead`
         would refuse)."""
-        walked = set(walked)
         if self._bound.keys() != running:
             return None
         if not self._holding:  # held already (GPUs out of service): one by one

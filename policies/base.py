@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol, overload
 
@@ -186,7 +187,7 @@ class Fitter(Protocol):
         nothing done, where it might not (`CyclePlacement.keep_ahead`)."""
         ...
 
-    def keep_all_but(self, running: Collection[str], walked: Collection[str]
+    def keep_all_but(self, running: Collection[str], walked: AbstractSet[str]
                      ) -> dict[str, GpuSlots] | None:
         """`keep_ahead` for the `running` jobs but `walked`, at the cost of the walked ones
         (`CyclePlacement.keep_all_but`)."""

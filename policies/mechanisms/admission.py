@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -108,7 +109,7 @@ class FitterGate:
     def keep_ahead(self, job_ids: Collection[str]) -> dict[str, GpuSlots] | None:
         return None  # a gate counts each job it lets through: the walk goes through it
 
-    def keep_all_but(self, running: Collection[str], walked: Collection[str]
+    def keep_all_but(self, running: Collection[str], walked: AbstractSet[str]
                      ) -> dict[str, GpuSlots] | None:
         return None  # as `keep_ahead`
 

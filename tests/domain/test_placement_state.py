@@ -94,7 +94,7 @@ def test_kept_and_indexed_places_as_a_fresh_scan(
         first = sorted(running) if in_place else sorted(running)[:ahead]
         if first and not in_place:
             rest = sorted(running)[ahead:]
-            got_ahead = (kept.keep_all_but(running.keys(), rest) if all_but
+            got_ahead = (kept.keep_all_but(running.keys(), set(rest)) if all_but
                          else kept.keep_ahead(first))
             if scheme == "yarn" or len(cl.gpus_by_type) > 1:  # nothing bound; a profile's pick
                 assert got_ahead is None
@@ -102,7 +102,7 @@ def test_kept_and_indexed_places_as_a_fresh_scan(
             else:
                 assert got_ahead == {job: running[job] for job in first}
                 assert kept.keep_ahead(first[:1]) is None  # once, first thing in a cycle
-                assert kept.keep_all_but(running.keys(), rest) is None
+                assert kept.keep_all_but(running.keys(), set(rest)) is None
         for job in first:
             slots = running[job]
             assert fresh.try_place(job, sum(len(g) for _, g in slots)) == slots
@@ -192,7 +192,7 @@ def _two_nodes_running() -> CyclePlacement:
 
 @pytest.mark.parametrize("keep", [
     pytest.param(lambda fit: fit.keep_ahead(["a"]), id="named"),
-    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, ["b"]), id="all-but-the-walked"),
+    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, {"b"}), id="all-but-the-walked"),
 ])
 @pytest.mark.parametrize("opening", ["untouched", "index-asked-first", "index-asked-in-place"])
 def test_a_job_kept_ahead_is_no_longer_there_to_displace(
@@ -229,7 +229,7 @@ def test_keep_ahead_refuses_where_a_walk_might_not_keep_them(
 
 @pytest.mark.parametrize(("prepare", "running", "walked"), [
     pytest.param(lambda fit: fit.try_place("c", 1), "ab", "b", id="something-placed-already"),
-    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, ["a"]), "ab", "b", id="kept-already"),
+    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, {"a"}), "ab", "b", id="kept-already"),
     pytest.param(lambda fit: fit.next_cycle(in_place=True), "ab", "b", id="opened-in-place"),
     pytest.param(lambda fit: fit.bind("a", (("gone", (0,)),)), "ab", "b",
                  id="a-kept-jobs-gpus-gone"),
@@ -242,7 +242,7 @@ def test_keep_all_but_refuses_where_keeping_them_ahead_might_not(
     fit = _two_nodes_running()
     prepare(fit)
     free = fit.free_gpus
-    assert fit.keep_all_but(set(running), list(walked)) is None
+    assert fit.keep_all_but(set(running), set(walked)) is None
     assert fit.free_gpus == free  # nothing done
 
 
@@ -250,7 +250,7 @@ def test_a_walked_job_left_bound_is_in_place_again_next_cycle() -> None:
     """Between cycles the scheduler binds or releases every job a walk moved; one neither
     (not re-placed, still bound) is back on its GPUs, taken, in a cycle in place."""
     fit = _two_nodes_running()
-    assert fit.keep_all_but({"a", "b"}, ["b"]) == {"a": (("n0", (0, 1, 2)),)}
+    assert fit.keep_all_but({"a", "b"}, {"b"}) == {"a": (("n0", (0, 1, 2)),)}
     fit.next_cycle(in_place=True)
     assert fit.free_gpus == 3
     assert fit.try_place("c", 3) is None  # b's GPUs are not to be taken in place
@@ -260,7 +260,7 @@ def test_keep_all_but_walks_a_job_whose_gpus_are_gone_as_keep_ahead_does() -> No
     fits = _two_nodes_running(), _two_nodes_running()
     for fit in fits:
         fit.bind("b", (("gone", (0,)),))
-    assert fits[0].keep_all_but({"a", "b"}, ["b"]) == fits[1].keep_ahead(["a"])
+    assert fits[0].keep_all_but({"a", "b"}, {"b"}) == fits[1].keep_ahead(["a"])
     assert fits[0].free_gpus == fits[1].free_gpus == 5
     # Placed anywhere, as a new job: here the tightest node, a's.
     assert fits[0].try_place("b", 1) == fits[1].try_place("b", 1) == (("n0", (3,)),)
