@@ -144,10 +144,10 @@ def load_measured_overheads(path: Path) -> dict[str, dict[int, float]]:
         raw = loads_unique(path.read_text())
     except OSError as exc:
         raise ValueError(f"{where}: cannot read: {exc.strerror}") from None
-    except DuplicateKeyError as exc:
-        raise ValueError(f"{where}: invalid JSON: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except DuplicateKeyError as dup:  # (names differ: mypyc types one name per function)
+        raise ValueError(f"{where}: invalid JSON: {dup}") from None
+    except json.JSONDecodeError as bad:
+        raise ValueError(f"{where}: invalid JSON at line {bad.lineno}: {bad.msg}") from None
     if not isinstance(raw, dict) or raw.get("format") != OVERHEADS_FORMAT:
         raise ValueError(f"{where}: expected an object with \"format\": \"{OVERHEADS_FORMAT}\" "
                          f"(written by `loom profile`)")

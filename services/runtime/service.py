@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
+from domain.compiled import mypyc_attr
 from schemas import subjects
 from schemas.codec import encode
 from schemas.events import DeadLetter, Envelope, envelope
@@ -79,6 +80,7 @@ class Core(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # cores defined outside the build
 class CoreDefaults:
     """What most cores do: nothing at start or on timers, no rebuild (mix in and override as
     needed)."""
@@ -98,9 +100,12 @@ class CoreDefaults:
         return []
 
     def state(self, now: float) -> dict[str, Any]:
-        return {"now": now, "service": self.name}
+        # Looked up as on any object: a core outside the compiled build names itself in its
+        # class, which this compiled base's own `name` slot would hide.
+        return {"now": now, "service": getattr(self, "name")}  # noqa: B009
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the node agent's and the leader's
 class Shell:
     def __init__(self, core: Core, bus: Bus, clock: Clock, *, run_id: str = "run") -> None:
         self.core = core
@@ -125,10 +130,10 @@ class Shell:
     async def _on_message(self, env: Envelope) -> None:
         try:
             effects = self.core.handle(env, self.clock.now())
-        except RetryLater as exc:
+        except RetryLater as retry:  # (names differ: mypyc types one name per function)
             if getattr(self.bus, "redelivers", False):
                 raise  # the bus hands it back shortly (see RetryLater)
-            await self._dead_letter(env, f"{type(exc).__name__}: {exc}")
+            await self._dead_letter(env, f"{type(retry).__name__}: {retry}")
             return
         except Exception as exc:  # a bug or bad input must not stop the service
             await self._dead_letter(env, f"{type(exc).__name__}: {exc}")
