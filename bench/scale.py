@@ -4,7 +4,8 @@ time) and peak RSS.
 Each run is a fresh process (peak RSS is the run's own; CPU time is the simulation's own,
 steadier than wall time on a shared VM) that builds its trace
 deterministically, then simulates it on the memory bus through the same services as `loom
-sim`. Traces:
+sim`; its cores compiled where `scripts/setup` built them (domain/compiled.py; the header says
+which), or from source with `LOOM_PURE_PYTHON=1`. Traces:
 
 - `overlay:TRACE` (default `overlay:muri/trace2`): copies of a bundled trace laid over each
   other (the k-th copy's jobs are `<id>-c<k>` but the first's, at the same times: one copy
@@ -29,6 +30,8 @@ import platform
 import subprocess
 import sys
 from typing import Any
+
+from domain import compiled
 
 CHILD = r"""
 import asyncio, itertools, json, math, sys, time
@@ -122,7 +125,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, source {args.source}, seed {args.seed}"
-          f"{', streamed' if args.stream else ''}")
+          f"{', streamed' if args.stream else ''}, "
+          f"{'compiled cores (mypyc)' if compiled.active() else 'cores from source'}")
     print(f"{'policy':<22} {'jobs':>9} {'GPUs':>7} {'wall s':>8} {'CPU s':>8} {'events':>10} "
           f"{'µs/event':>9} {'events/s':>9} {'jobs/s':>8} {'RSS MB':>7} {'finished':>9}  digest")
     for policy in args.policies.split(","):

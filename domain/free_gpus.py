@@ -7,6 +7,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from domain.compiled import mypyc_attr
+
 
 def indices(mask: int) -> tuple[int, ...]:
     out = []
@@ -30,6 +32,7 @@ def lowest_bits(mask: int, k: int) -> int:
     return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
 @dataclass(slots=True)
 class NodeGpus:
     """One node's GPUs as bitmasks: bit i set in `free` means GPU i is free this cycle."""
@@ -84,6 +87,7 @@ class NodeGpus:
         return picked
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
 class FreeIndex:
     """A pool's nodes filed by (free GPUs, free GPUs no running job holds), each file a heap of
     cluster positions, so the tightest (or first) node with room for a gang is found by looking

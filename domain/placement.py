@@ -39,6 +39,7 @@ from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
+from domain.compiled import mypyc_attr
 from domain.free_gpus import FreeIndex, NodeGpus
 from domain.gang_shapes import buddy_block, multi_node, spread
 from domain.topology import Topology
@@ -50,6 +51,7 @@ SCHEMES: tuple[Scheme, ...] = ("consolidated", "count", "yarn", "buddy")
 INDEX_FROM = 32  # nodes in a pool from which an index beats scanning them
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
 class CyclePlacement:
     """Free-GPU state of one cycle; `try_place` reserves a gang or returns None.
 

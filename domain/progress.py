@@ -15,6 +15,8 @@ from operator import attrgetter
 
 import numpy as np
 
+from domain.compiled import mypyc_attr
+
 # Cycles logged before every running job is charged them (the scheduler's estimates and the
 # simulated nodes charge cycles lazily: see `services.scheduler.jobs` and
 # `services.nodeagent.simnode`): the bound on the log. Most runs end or stop sooner.
@@ -25,6 +27,7 @@ CATCH_UP_CYCLES = 64
 Segments = tuple[tuple[float, float], ...]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
 @dataclass(slots=True)
 class RunProgress:
     total: float  # the job's iterations

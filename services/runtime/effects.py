@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from domain.compiled import mypyc_attr
+
 # Ordering of work that happens at the same virtual instant (lower runs first).
 PRIORITY_INPUT = 0  # messages, arrivals, completions
 PRIORITY_CYCLE = 10  # a scheduling cycle runs after every input at that instant
@@ -60,6 +62,7 @@ class CancelTimer:
     key: Hashable
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the node agent's own effects
 @dataclass(frozen=True, slots=True)
 class LocalEffect:
     """Base of effects only one kind of shell carries out (the node agent's process control);

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
+from domain.compiled import mypyc_attr
 from domain.progress import CATCH_UP_CYCLES, RunProgress, attained_many, charge_many
 from policies.base import JobView
 from schemas import subjects
@@ -23,6 +24,7 @@ from services.runtime.effects import Publish
 from services.scheduler.lifecycle import Transition, check
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
 @dataclass(slots=True)
 class JobRecord:
     spec: JobSpec
@@ -101,6 +103,7 @@ class JobRecord:
 admission_order: Callable[[JobRecord], int] = attrgetter("admitted")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
 @dataclass(slots=True)
 class _Ended:
     """A job's record once it has ended (finished, failed, rejected), packed: a record keeps
