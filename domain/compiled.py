@@ -54,6 +54,7 @@ MODULES: tuple[str, ...] = (
     "services.scheduler.intake", "services.scheduler.jobs", "services.scheduler.reports",
     "services.scheduler.views",
     "services.metrics.core",
+    "services.placer.core",
     "services.nodeagent.gate", "services.nodeagent.simfleet", "services.nodeagent.simnode",
 )
 

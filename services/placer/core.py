@@ -25,32 +25,15 @@ from schemas.events import (
     PlanDecided,
     Stop,
 )
+from services.placer.refusals import DoubleBooking, HeldByAnother, StaleTerm, StillBound
 from services.runtime.effects import Effect, Publish
-from services.runtime.service import CoreDefaults, RetryLater, Subscribe
+from services.runtime.service import CoreDefaults, Subscribe
 
 Gpu = tuple[str, int]
 
 
 APPLIED_MEMORY = 4096  # plans remembered by event id, against re-deliveries
 COMPLETED_MEMORY = 65536  # jobs remembered as completed, against plans decided before it
-
-
-class DoubleBooking(RuntimeError):
-    pass
-
-
-class HeldByAnother(DoubleBooking, RetryLater):
-    """A launch onto a GPU the placer still sees held: on a live cluster the holder's finish
-    may just not have reached the placer yet (its own consumer), so the plan is retried."""
-
-
-class StillBound(DoubleBooking, RetryLater):
-    """A relaunch of a job the placer still sees bound: the report that ended its run (a
-    failure, then a retry after backoff) may not have reached the placer yet; retried too."""
-
-
-class StaleTerm(RuntimeError):
-    """A plan of a deposed scheduler leader (an older election term than one already seen)."""
 
 
 class PlacerCore(CoreDefaults):

@@ -23,7 +23,8 @@ from schemas.events import (
 )
 from services.nodeagent.gate import CommandGate
 from services.placer import core as placer_core
-from services.placer.core import DoubleBooking, PlacerCore, StillBound
+from services.placer.core import PlacerCore
+from services.placer.refusals import DoubleBooking, StillBound
 from services.runtime.effects import Effect, Publish
 from services.runtime.service import RetryLater
 from tests.builders import cluster, make_job

@@ -130,7 +130,8 @@ def plan_env(event_id: str, term: int, cycle: int, *launches: Launch) -> object:
 
 
 def test_placer_binds_a_redelivered_plan_once_and_refuses_older_terms() -> None:
-    from services.placer.core import HeldByAnother, PlacerCore, StaleTerm
+    from services.placer.core import PlacerCore
+    from services.placer.refusals import HeldByAnother, StaleTerm
     from services.runtime.service import RetryLater
     from tests.builders import cluster
 
