@@ -103,7 +103,6 @@ class JobRecord:
 admission_order: Callable[[JobRecord], int] = attrgetter("admitted")
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
 @dataclass(slots=True)
 class _Ended:
     """A job's record once it has ended (finished, failed, rejected), packed: a record keeps
