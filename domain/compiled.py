@@ -121,7 +121,8 @@ def build() -> Path:
         subprocess.run([sys.executable, "-c", _BUILD, scratch,
                         *(str(_source(m).relative_to(ROOT)) for m in MODULES)],
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-        os.replace(Path(scratch, "lib"), target)
+        if not target.is_dir():  # else another setup built it meanwhile
+            os.replace(Path(scratch, "lib"), target)
     for old in BUILD_ROOT.iterdir():  # earlier sources' builds
         if old != target and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)

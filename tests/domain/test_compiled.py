@@ -3,6 +3,7 @@ decides exactly as the source does."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -48,6 +49,16 @@ def test_the_compiled_modules_decide_as_the_source_does(policy: str) -> None:
     assert built["compiled"] and str(built["from"]).startswith(str(compiled.build_dir()))
     assert not source["compiled"] and str(source["from"]).endswith("services/scheduler/core.py")
     assert built["digest"] == source["digest"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypyc") is None
+                    or os.environ.get("LOOM_PURE_PYTHON", "") not in ("", "0"),
+                    reason="no mypyc to build with, or running from source on purpose")
+def test_where_mypyc_is_installed_the_build_is_current() -> None:
+    """Else a build that broke would leave the suite running from source unnoticed."""
+    assert compiled.active(), (
+        f"no mypyc build for the current sources in {compiled.build_dir()}: run "
+        "./scripts/setup dev (a failed build says why)")
 
 
 @pytest.fixture
