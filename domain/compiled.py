@@ -87,8 +87,8 @@ def build_dir() -> Path:
 def active() -> bool:
     """Whether the compiled modules run (built for the current sources, not turned off);
     on the first call, loads the group's shared library they all link against."""
-    if os.environ.get("LOOM_PURE_PYTHON", "") not in ("", "0"):
-        return False
+    if os.environ.get("LOOM_PURE_PYTHON", "") not in ("", "0") or not BUILD_ROOT.is_dir():
+        return False  # (no build at all: the sources are not read for a digest)
     folder = build_dir()
     shared = sorted(folder.glob("*__mypyc*"))
     if len(shared) != 1:
@@ -123,8 +123,8 @@ def build() -> Path:
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         if not target.is_dir():  # else another setup built it meanwhile
             os.replace(Path(scratch, "lib"), target)
-    for old in BUILD_ROOT.iterdir():  # earlier sources' builds
-        if old != target and old.is_dir():
+    for old in BUILD_ROOT.iterdir():  # earlier sources' builds, not another setup's scratch
+        if old != target and old.is_dir() and not old.name.startswith("tmp"):
             shutil.rmtree(old, ignore_errors=True)
     return target
 
@@ -154,7 +154,3 @@ def main() -> None:
     except Exception as exc:
         print(f"domain.compiled: not built ({type(exc).__name__}: {exc}); "
               "the simulation runs from source", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -90,10 +90,12 @@ def test_any_edit_to_a_module_names_another_build(tree: Path, change: object,
     assert (compiled.digest() != before) is differs
 
 
-def test_without_a_current_build_everything_runs_from_source(tree: Path) -> None:
-    stale = compiled.BUILD_ROOT / "0123456789abcdef"  # an earlier source's build
-    (stale / "domain").mkdir(parents=True)
-    (stale / "abc__mypyc.so").write_bytes(b"")
+@pytest.mark.parametrize("stale", [True, False], ids=["an-earlier-sources-build", "no-build"])
+def test_without_a_current_build_everything_runs_from_source(tree: Path, stale: bool) -> None:
+    if stale:
+        earlier = compiled.BUILD_ROOT / "0123456789abcdef"
+        (earlier / "domain").mkdir(parents=True)
+        (earlier / "abc__mypyc.so").write_bytes(b"")
     path = [str(tree / "domain")]
     compiled.extend(path, "domain")
     assert not compiled.active() and path == [str(tree / "domain")]
