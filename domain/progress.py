@@ -28,15 +28,26 @@ Segments = tuple[tuple[float, float], ...]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # a written __init__ compiles (see services.runtime.effects)
 class RunProgress:
     total: float  # the job's iterations
     remaining: float  # iterations left as of `at`
     at: float
     ready_at: float
     iteration_s: float
-    per_event_s: float = 0.0
-    segments: Segments | None = None
+    per_event_s: float
+    segments: Segments | None
+
+    def __init__(self, total: float, remaining: float, at: float, ready_at: float,
+                 iteration_s: float, per_event_s: float = 0.0,
+                 segments: Segments | None = None) -> None:
+        self.total = total
+        self.remaining = remaining
+        self.at = at
+        self.ready_at = ready_at
+        self.iteration_s = iteration_s
+        self.per_event_s = per_event_s
+        self.segments = segments
 
     def left_at(self, now: float, lost_s: float = 0.0) -> float:
         """Iterations left at `now`, losing `lost_s` on the way: progress starts at

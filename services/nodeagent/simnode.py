@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from domain import causes
+from domain.compiled import mypyc_attr
 from domain.overhead import OverheadModel, job_rates, progress_segments
 from domain.progress import RunProgress, charge_many
 from schemas import subjects
@@ -67,14 +68,25 @@ class CycleLog:
             run.synced = seen
 
 
-@dataclass(slots=True)
+@mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the fleet
+@dataclass(slots=True, init=False)  # a written __init__ compiles (see services.runtime.effects)
 class NodeRun:
     spec: JobSpec
     leader: bool
     progress: RunProgress
-    fail_at: float | None = None  # the recorded failure mark this run ends at (None: none)
-    synced: int = 0  # the fleet's cycles charged to it, counted from the fleet's first
-    key: tuple[str, str, str] = ("", "", "")  # its finish timer's (`finish_key`), made once
+    fail_at: float | None  # the recorded failure mark this run ends at (None: none)
+    synced: int  # the fleet's cycles charged to it, counted from the fleet's first
+    key: tuple[str, str, str]  # its finish timer's (`finish_key`), made once
+
+    def __init__(self, spec: JobSpec, leader: bool, progress: RunProgress,
+                 fail_at: float | None = None, synced: int = 0,
+                 key: tuple[str, str, str] = ("", "", "")) -> None:
+        self.spec = spec
+        self.leader = leader
+        self.progress = progress
+        self.fail_at = fail_at
+        self.synced = synced
+        self.key = key
 
     @property
     def charged(self) -> bool:
