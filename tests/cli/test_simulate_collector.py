@@ -1,0 +1,30 @@
+"""A simulation sets Python's cyclic collector for its run and puts it back after."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from loom.simulate import _collector_tuned
+
+
+def test_a_run_collects_rarely_and_leaves_the_collector_as_it_found_it() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        with _collector_tuned():
+            assert gc.get_threshold() == (500_000, 10, 10)
+            assert gc.get_freeze_count() > 0  # what existed at the start is out of reach
+        assert gc.get_threshold() == (700, 10, 10)
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_a_run_that_fails_still_gives_the_collector_back() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), _collector_tuned():
+        raise RuntimeError("the run broke")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
