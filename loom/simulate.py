@@ -182,9 +182,9 @@ def _collector_tuned() -> Iterator[None]:
     """Python's cyclic collector, set for a run: what exists when it starts (trace, cores,
     modules) is frozen out of collections, and the young generation is collected every
     500,000 allocations rather than 700. A run makes millions of short-lived objects that
-    reference counting frees, and almost no cycles (a million-job run left 722 objects for
-    the collector to free); each collection still walks the young objects' references into
-    a heap of gigabytes, so fewer collections cost less in all."""
+    reference counting frees, and almost no cycles, so collecting rarely keeps nothing
+    longer; each collection walks the young objects' references into the whole heap, so
+    fewer collections cost less in all (measured: docs/validation.md, issue 20)."""
     threshold = gc.get_threshold()
     gc.collect()
     gc.freeze()
