@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import islice
 from typing import Any, ClassVar
 
@@ -26,6 +26,13 @@ from schemas.status import Status
 
 Key = tuple[Any, ...]
 _RETAKES = 64  # at most so many running jobs' keys taken again per check (a bound either way)
+_REBUILD_FROM = 16  # a sorted list is made again where 1/16 of its entries or more change
+
+
+def _none_between(waiting: list[SortedList], low: tuple[Key, str] | None,
+                  high: tuple[Key, str]) -> bool:
+    """Whether no waiting job ranks between `low` and `high` (ranks of running jobs)."""
+    return low is not None and all(b.bisect_left(low) == b.bisect_left(high) for b in waiting)
 
 
 class OrderedPolicy(Policy):
@@ -47,7 +54,8 @@ class OrderedPolicy(Policy):
 
     Where a running job's key never rises while it runs (`keys_fall`), the rank of the last
     running job comes from the keys as last taken, which bound the true ones from above: only
-    the last is taken again (until it stands), so the check reads few running jobs' views.
+    the last is taken again, until it stands or no waiting job ranks between the keys so
+    taken and the next bound, so the check reads few running jobs' views.
     """
 
     tries_in_place = True
@@ -70,6 +78,7 @@ class OrderedPolicy(Policy):
         self._taken: dict[str, Key | None] = {}
         self._bounds: SortedList = SortedList()
         self._untaken: set[str] = set()
+        self._reports_for: RunningJobs | None = None  # the snapshot's jobs they were taken for
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -122,7 +131,8 @@ class OrderedPolicy(Policy):
 
     def _worst(self, snap: Snapshot) -> tuple[Key, str]:
         """The last running job's rank (there is one), once per snapshot; with `keys_fall`,
-        a rank no better than it (see class docstring), which is all the checks need."""
+        a rank no better than it that no waiting job's falls between, which is all the
+        checks need: they compare it with waiting jobs' ranks alone."""
         # Bounded where the scheduler makes running jobs' views only when read (many run).
         if self.keys_fall and isinstance(snap.running, RunningJobs):
             return self._bound(snap, snap.running)
@@ -131,21 +141,52 @@ class OrderedPolicy(Policy):
         return worst
 
     def _bound(self, snap: Snapshot, running: RunningJobs) -> tuple[Key, str]:
+        """`_worst` from the bounds (see class docstring). The last one is taken again until
+        it stands, or until no waiting job ranks between the best key so taken (no better
+        than the true last) and the next bound (no worse): then either answers alike. Each
+        one taken again leaves the list (its key now exact) until the loop ends, so the next
+        one is the better of the list's last and the best of those taken out, which stands
+        (its key is exact) if it is theirs."""
+        self._take_reports(snap, running)
+        bounds, taken, out = self._bounds, self._taken, []
+        waiting = [b for b in self._buckets.values() if b]
+        best: tuple[Key, str] | None = None
+        check_at = 1  # taken again so far when between is next looked at (then twice as many)
+        for retaken in range(_RETAKES):
+            top = bounds[-1]
+            if best is not None and best > top:
+                break
+            if retaken == check_at:
+                check_at *= 2
+                if _none_between(waiting, best, top):
+                    break
+            now = self.running_key(top[1], snap)
+            if now == top[0]:
+                break
+            bounds.pop()
+            taken[top[1]] = now
+            item = (now, top[1])
+            out.append(item)
+            if best is None or item > best:
+                best = item
+            if not bounds:
+                break
+        bounds.update(out)
+        worst: tuple[Key, str] = bounds[-1]
+        return worst
+
+    def _take_reports(self, snap: Snapshot, running: RunningJobs) -> None:
+        """Every running job's bound: keys taken for the jobs that started or were reported
+        on since (a report may set a job back), once per snapshot."""
+        if self._reports_for is running:
+            return
         if self._taken.keys() != running.ids:  # not told of every start or end (a new policy)
             self.set_taken([])
             for job_id in running.ids:
                 self._to_take(job_id)
         for job_id in [*self._untaken, *running.reported]:
             self._take(job_id, self.running_key(job_id, snap))
-        bounds = self._bounds
-        for _ in range(_RETAKES):  # the last one again, until it stands
-            k, job_id = bounds[-1]
-            now = self.running_key(job_id, snap)
-            if now == k:
-                break
-            self._take(job_id, now)
-        worst: tuple[Key, str] = bounds[-1]
-        return worst
+        self._reports_for = running
 
     def running_key(self, job_id: str, snap: Snapshot) -> Key:
         """A running job's key now (a policy that keeps them need not read its view)."""
@@ -170,6 +211,29 @@ class OrderedPolicy(Policy):
             self._taken = {jid: k for k, jid in keys}
             self._bounds = SortedList(keys)
             self._untaken.clear()
+
+    def _retake(self, walked: list[tuple[Key, str]], run: Collection[str]) -> None:
+        """The keys of running jobs a walk ranked (sorted): taken anew for those that still
+        run, dropped for the others. Many of them: the sorted list made again, from the
+        others' entries and theirs (two sorted runs, which a sort merges in linear time),
+        rather than one removal and one insertion each."""
+        if len(walked) * _REBUILD_FROM < len(self._bounds):
+            for k, jid in walked:
+                if jid in run:
+                    self._take(jid, k)
+                else:
+                    self._untake(jid)
+            return
+        taken, ids = self._taken, set()
+        for k, jid in walked:
+            ids.add(jid)
+            if jid in run:
+                taken[jid] = k
+            else:
+                del taken[jid]
+        self._untaken -= ids
+        self._bounds = SortedList([item for item in self._bounds if item[1] not in ids]
+                                  + [item for item in walked if item[1] in run])
 
     def _untake(self, job_id: str) -> None:
         if job_id in self._taken:
@@ -271,7 +335,7 @@ class OrderedPolicy(Policy):
         heads = [b[0] for b in self._buckets.values() if b]
         if not (heads and self.keys_fall and isinstance(running, RunningJobs) and running.ids):
             return {}, self.running_keys(snap)
-        self._bound(snap, running)  # every running job's bound, reports taken in
+        self._take_reports(snap, running)
         first, irregular, bounds = min(heads), running.irregular, self._bounds
         ranked: list[tuple[Key, str]] = []
         for _, jid in bounds.islice(bounds.bisect_left(first)):
@@ -310,11 +374,7 @@ class OrderedPolicy(Policy):
         if not plan.stay and every:
             self.set_taken([(k, jid) for k, jid in running if jid in plan.run])
         elif not plan.stay:
-            for k, jid in running:
-                if jid in plan.run:
-                    self._take(jid, k)
-                else:
-                    self._untake(jid)
+            self._retake(running, plan.run)
         for jid in islice(plan.run, plan.kept, None):  # those kept ahead keep theirs
             if jid not in self._taken:
                 self._to_take(jid)

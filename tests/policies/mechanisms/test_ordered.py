@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import policies
 from domain.placement import CyclePlacement
 from policies.base import JobView, RunningJobs, Snapshot
+from policies.mechanisms import ordered
 from policies.mechanisms.ordered import OrderedPolicy
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
@@ -386,6 +389,102 @@ def test_after_a_full_walk_the_kept_jobs_bounds_stand() -> None:
                        "c": view(case.views["c"].spec, True)})
     assert case.policy.running_stays(_snapshot(after, ["a", "c"]))
     assert after.read == {"c"}
+
+
+@dataclass
+class Stale:
+    """Running jobs whose keys were taken at an earlier check (`taken`: seconds left then),
+    each having run `ran` seconds since, and waiting jobs (seconds), all on one GPU each.
+    z waits far behind everything, so that every check reads the running jobs' keys."""
+
+    policy: OrderedPolicy
+    views: dict[str, JobView]
+    running: list[str]
+    waiting: list[str]
+
+    @classmethod
+    def of(cls, taken: list[float], ran: list[float], waiting: list[float]) -> Stale:
+        policy = policies.make("srtf")
+        assert isinstance(policy, OrderedPolicy) and policy.keys_fall
+        specs = [J(f"r{i}", 1, s) for i, s in enumerate(taken)]
+        running = [spec.job_id for spec in specs]
+        z = J("z", 1, 1e9)
+        policy.job_added(view(z))
+        for spec in specs:
+            policy.job_added(view(spec))
+            policy.job_running(view(spec, True))
+        then = {spec.job_id: view(spec, True) for spec in specs}
+        policy.running_stays(_snapshot({**then, "z": view(z)}, running))  # keys taken
+        views = {"z": view(z)}
+        for spec, seconds in zip(specs, ran, strict=True):
+            views[spec.job_id] = view(spec, True, seconds)  # iterations of one second
+        for i, seconds in enumerate(waiting):
+            spec = J(f"w{i}", 1, seconds)
+            policy.job_added(view(spec))
+            views[spec.job_id] = view(spec)
+        return cls(policy, views, running, ["z", *(f"w{i}" for i in range(len(waiting)))])
+
+    def last_running(self) -> tuple[tuple[object, ...], str]:
+        """The last running job's rank, from every running job's key now."""
+        return max((self.policy.key(self.views[j]), j) for j in self.running)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(100, 400), st.integers(0, 150)), min_size=1,
+                max_size=12),
+       st.lists(st.integers(1, 450), max_size=6))
+def test_the_last_running_rank_a_check_uses_compares_with_every_waiting_job_as_the_true_one(
+        running: list[tuple[int, int]], waiting: list[int]) -> None:
+    """However stale the keys taken earlier, the rank the checks use (`_worst`: a bound
+    taken again only as far as the waiting jobs need) ranks ahead of and behind the same
+    waiting jobs as the last running job's true rank, and the cycle stays in place exactly
+    when every waiting job ranks behind it."""
+    case = Stale.of([float(s) for s, _ in running], [float(r) for _, r in running],
+                    [float(s) for s in waiting])
+    snap = _snapshot(case.views, case.running)
+    true_last = case.last_running()
+    used = case.policy._worst(snap)
+    for jid in case.waiting:
+        rank = (case.policy.key(case.views[jid]), jid)
+        assert (used < rank) == (true_last < rank), jid
+    stays = all(true_last < (case.policy.key(case.views[j]), j) for j in case.waiting)
+    assert case.policy.running_stays(_snapshot(case.views, case.running)) is stays
+
+
+@pytest.mark.parametrize(("waiting", "stays", "read"), [
+    pytest.param(500.0, False, {"r9"}, id="none-between-the-last-alone"),
+    pytest.param(995.0, True, {f"r{i}" for i in range(10)}, id="one-between-all-again"),
+])
+def test_a_check_takes_keys_again_only_as_far_as_the_waiting_jobs_need(
+        waiting: float, stays: bool, read: set[str]) -> None:
+    """Ten running jobs, 1,000–1,009 s left when their keys were taken, have each run 20 s
+    since. Taken again, the last has 989 s left, and no other can rank behind it by more
+    than its bound, 1,008 s. A waiting job ahead of them all (500 s) ranks alike against
+    any rank in between, so one key is read; one in between (995 s) does not, so keys are
+    read until the true last one stands (989 s: the waiting job ranks behind it)."""
+    case = Stale.of([1000.0 + i for i in range(10)], [20.0] * 10, [waiting])
+    views = ReadViews(case.views)
+    assert case.policy.running_stays(_snapshot(views, case.running)) is stays
+    assert views.read & set(case.running) == read
+
+
+def test_a_walk_takes_many_keys_at_once_as_one_by_one(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """The keys a full walk took anew, set in one rebuild of the sorted bounds or one by
+    one, leave the same bounds (`OrderedPolicy._retake`)."""
+    taken = [((float(i), 0.0, f"j{i}"), f"j{i}") for i in range(40)]
+    walked = sorted(((float(i) / 2, 0.0, f"j{i}"), f"j{i}") for i in range(10, 40, 3))
+    run = {jid for _, jid in walked[::2]}
+    after = []
+    for rebuild_from in (0, 1 << 20):  # never, always
+        monkeypatch.setattr(ordered, "_REBUILD_FROM", rebuild_from)
+        policy = policies.make("srtf")
+        assert isinstance(policy, OrderedPolicy)
+        policy.set_taken(list(taken))
+        policy._retake(walked, run)
+        after.append((list(policy._bounds), dict(policy._taken)))
+    assert after[0] == after[1]
+    assert len(after[0][0]) == 40 - (len(walked) - len(run))
 
 
 def _snapshot(views: dict[str, JobView], running: list[str],
