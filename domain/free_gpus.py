@@ -137,6 +137,20 @@ class FreeIndex:
         if self._entries > 2 * len(self._at) + 64:
             self._rebuild()
 
+    def fullest(self, displace: bool) -> list[int]:
+        """Positions of the nodes with GPUs a new job may take (`available`), the most first,
+        ties in cluster order: what sorting every node would give, read from the files."""
+        side = 0 if displace else 1  # a file's key: (free GPUs, free GPUs no job holds)
+        levels: dict[int, list[tuple[int, int]]] = {}
+        for key in self._files:
+            if key[side]:
+                levels.setdefault(key[side], []).append(key)
+        at, out = self._at, []
+        for level in sorted(levels, reverse=True):
+            out += sorted({pos for key in levels[level] for pos in self._files[key]
+                           if at[pos] == key})
+        return out
+
     def switch_free(self, displace: bool) -> list[int] | None:
         """Per switch, in the order given, the GPUs a new job may take there (`available`);
         None where the index was not given switches."""

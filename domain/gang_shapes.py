@@ -6,6 +6,8 @@ ones too."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from domain.free_gpus import NodeGpus, indices
 from schemas.events import GpuSlots
 
@@ -71,22 +73,28 @@ def buddy_block(switches: list[list[NodeGpus]], gpus: int, displace: bool) -> Gp
 
 
 def spread(nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int, displace: bool,
-           sums: list[int] | None = None) -> GpuSlots | None:
+           sums: list[int] | None = None,
+           fullest: Callable[[], list[NodeGpus]] | None = None) -> GpuSlots | None:
     """Fewest nodes: the nodes with the most available GPUs, of one switch if one has enough
     (the first fullest), else of the whole pool (`nodes`, every node of `switches`).
-    `sums`: each switch's available GPUs where an index keeps them (else they are read)."""
+    `sums`: each switch's available GPUs, and `fullest`: the pool's nodes with any, most
+    first (ties in pool order), where an index keeps them (else they are read)."""
     if sums is None:
         sums = [sum(n.available(displace) for n in group) for group in switches]
     best_at = max(range(len(switches)), key=sums.__getitem__)
     best, in_best = switches[best_at], sums[best_at]
     if in_best < gpus and sum(sums) < gpus:
         return None
-    pool = best if in_best >= gpus else nodes
-    avail = {id(n): n.available(displace) for n in pool}
+    if in_best < gpus and fullest is not None:
+        order = fullest()
+    else:
+        pool = best if in_best >= gpus else nodes
+        avail = {id(n): n.available(displace) for n in pool}
+        order = sorted(pool, key=lambda n: -avail.get(id(n), 0))
     need = gpus
     slots: list[tuple[str, tuple[int, ...]]] = []
-    for node in sorted(pool, key=lambda n: -avail.get(id(n), 0)):
-        k = min(need, avail.get(id(node), 0))
+    for node in order:
+        k = min(need, node.available(displace))
         if k:
             slots.append((node.node_id, node.take(k)))
             need -= k

@@ -35,7 +35,7 @@ same rules then apply to the nodes of that type only; without a type any node ma
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
@@ -371,8 +371,9 @@ class CyclePlacement:
             else:
                 slots = self._consolidated(nodes, switches, gpus, displace, index)
                 if slots is None and self.scheme == "count":
-                    slots = spread(nodes, switches, gpus, displace, self._switch_free(
-                        index, displace))
+                    slots = spread(nodes, switches, gpus, displace,
+                                   self._switch_free(index, displace),
+                                   self._fullest(index, displace))
             if slots is not None:
                 break
         if slots is not None:
@@ -504,6 +505,19 @@ class CyclePlacement:
                 if slots is not None:
                     return slots
         return None
+
+    def _fullest(self, index: FreeIndex | None, displace: bool
+                 ) -> Callable[[], list[NodeGpus]] | None:
+        """The pool's nodes with room, most first, as the index files them (None: no
+        index; the spread then sorts the nodes)."""
+        if index is None:
+            return None
+        nodes = self._nodes
+
+        def fullest() -> list[NodeGpus]:
+            self._flush()
+            return [nodes[pos] for pos in index.fullest(displace)]
+        return fullest
 
     def _switch_free(self, index: FreeIndex | None, displace: bool) -> list[int] | None:
         """Each switch's available GPUs as the index keeps them (None: no index, or it keeps

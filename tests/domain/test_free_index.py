@@ -1,7 +1,7 @@
 """`FreeIndex` (domain/free_gpus.py): the per-switch counts of whole nodes (which let a wide
 gang pass over a switch unread) and of available GPUs (which let a spread gang find the
-fullest switch without reading every node) match a recount after any sequence of node
-changes."""
+fullest switch without reading every node) match a recount, and its fullest nodes a sort of
+every node, after any sequence of node changes."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ def test_per_switch_counts_match_a_recount(seed: int) -> None:
                 assert index.whole(displace) == recount(switches, displace), (seed, displace)
             assert index.switch_free(displace) == [
                 sum(n.available(displace) for n in group) for group in switches], seed
+            assert index.fullest(displace) == [  # what a stable sort of every node gives
+                n.pos for n in sorted(nodes, key=lambda n: -n.available(displace))
+                if n.available(displace)], (seed, displace)
 
 
 def test_nodes_of_several_sizes_are_not_counted() -> None:
