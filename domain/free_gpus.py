@@ -4,7 +4,7 @@ with room for a gang (and the switches with enough whole nodes) without scanning
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from domain.compiled import mypyc_attr
@@ -137,19 +137,19 @@ class FreeIndex:
         if self._entries > 2 * len(self._at) + 64:
             self._rebuild()
 
-    def fullest(self, displace: bool) -> list[int]:
+    def fullest(self, displace: bool) -> Iterator[int]:
         """Positions of the nodes with GPUs a new job may take (`available`), the most first,
-        ties in cluster order: what sorting every node would give, read from the files."""
+        ties in cluster order: what sorting every node would give, read from the files one
+        level at a time (a spread reads the first few)."""
         side = 0 if displace else 1  # a file's key: (free GPUs, free GPUs no job holds)
         levels: dict[int, list[tuple[int, int]]] = {}
         for key in self._files:
             if key[side]:
                 levels.setdefault(key[side], []).append(key)
-        at, out = self._at, []
+        at = self._at
         for level in sorted(levels, reverse=True):
-            out += sorted({pos for key in levels[level] for pos in self._files[key]
-                           if at[pos] == key})
-        return out
+            yield from sorted({pos for key in levels[level] for pos in self._files[key]
+                               if at[pos] == key})
 
     def switch_free(self, displace: bool) -> list[int] | None:
         """Per switch, in the order given, the GPUs a new job may take there (`available`);

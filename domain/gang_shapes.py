@@ -6,7 +6,7 @@ ones too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from domain.free_gpus import NodeGpus, indices
 from schemas.events import GpuSlots
@@ -74,7 +74,7 @@ def buddy_block(switches: list[list[NodeGpus]], gpus: int, displace: bool) -> Gp
 
 def spread(nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int, displace: bool,
            sums: list[int] | None = None,
-           fullest: Callable[[], list[NodeGpus]] | None = None) -> GpuSlots | None:
+           fullest: Callable[[], Iterable[NodeGpus]] | None = None) -> GpuSlots | None:
     """Fewest nodes: the nodes with the most available GPUs, of one switch if one has enough
     (the first fullest), else of the whole pool (`nodes`, every node of `switches`).
     `sums`: each switch's available GPUs, and `fullest`: the pool's nodes with any, most
@@ -85,6 +85,7 @@ def spread(nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int, dis
     best, in_best = switches[best_at], sums[best_at]
     if in_best < gpus and sum(sums) < gpus:
         return None
+    order: Iterable[NodeGpus]
     if in_best < gpus and fullest is not None:
         order = fullest()
     else:

@@ -35,7 +35,7 @@ same rules then apply to the nodes of that type only; without a type any node ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
@@ -507,16 +507,16 @@ class CyclePlacement:
         return None
 
     def _fullest(self, index: FreeIndex | None, displace: bool
-                 ) -> Callable[[], list[NodeGpus]] | None:
+                 ) -> Callable[[], Iterator[NodeGpus]] | None:
         """The pool's nodes with room, most first, as the index files them (None: no
         index; the spread then sorts the nodes)."""
         if index is None:
             return None
         nodes = self._nodes
 
-        def fullest() -> list[NodeGpus]:
+        def fullest() -> Iterator[NodeGpus]:
             self._flush()
-            return [nodes[pos] for pos in index.fullest(displace)]
+            return (nodes[pos] for pos in index.fullest(displace))
         return fullest
 
     def _switch_free(self, index: FreeIndex | None, displace: bool) -> list[int] | None:

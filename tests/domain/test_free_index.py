@@ -41,7 +41,7 @@ def test_per_switch_counts_match_a_recount(seed: int) -> None:
                 assert index.whole(displace) == recount(switches, displace), (seed, displace)
             assert index.switch_free(displace) == [
                 sum(n.available(displace) for n in group) for group in switches], seed
-            assert index.fullest(displace) == [  # what a stable sort of every node gives
+            assert list(index.fullest(displace)) == [  # a stable sort of every node
                 n.pos for n in sorted(nodes, key=lambda n: -n.available(displace))
                 if n.available(displace)], (seed, displace)
 
