@@ -6,7 +6,7 @@ ones too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from domain.free_gpus import NodeGpus, indices
 from schemas.events import GpuSlots
@@ -74,11 +74,12 @@ def buddy_block(switches: list[list[NodeGpus]], gpus: int, displace: bool) -> Gp
 
 def spread(nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int, displace: bool,
            sums: list[int] | None = None,
-           fullest: Callable[[], Iterable[NodeGpus]] | None = None) -> GpuSlots | None:
+           fullest: Iterable[NodeGpus] | None = None) -> GpuSlots | None:
     """Fewest nodes: the nodes with the most available GPUs, of one switch if one has enough
     (the first fullest), else of the whole pool (`nodes`, every node of `switches`).
     `sums`: each switch's available GPUs, and `fullest`: the pool's nodes with any, most
-    first (ties in pool order), where an index keeps them (else they are read)."""
+    first (ties in pool order, read only if the whole pool is needed), where an index keeps
+    them (else they are read)."""
     if sums is None:
         sums = [sum(n.available(displace) for n in group) for group in switches]
     best_at = max(range(len(switches)), key=sums.__getitem__)
@@ -87,11 +88,10 @@ def spread(nodes: list[NodeGpus], switches: list[list[NodeGpus]], gpus: int, dis
         return None
     order: Iterable[NodeGpus]
     if in_best < gpus and fullest is not None:
-        order = fullest()
-    else:
-        pool = best if in_best >= gpus else nodes
-        avail = {id(n): n.available(displace) for n in pool}
-        order = sorted(pool, key=lambda n: -avail.get(id(n), 0))
+        order = fullest
+    else:  # a stable sort: ties stay in pool order
+        order = sorted(best if in_best >= gpus else nodes,
+                       key=lambda n: -n.available(displace))
     need = gpus
     slots: list[tuple[str, tuple[int, ...]]] = []
     for node in order:

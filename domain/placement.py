@@ -35,7 +35,7 @@ same rules then apply to the nodes of that type only; without a type any node ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
@@ -373,7 +373,7 @@ class CyclePlacement:
                 if slots is None and self.scheme == "count":
                     slots = spread(nodes, switches, gpus, displace,
                                    self._switch_free(index, displace),
-                                   self._fullest(index, displace))
+                                   None if index is None else self._fullest(index, displace))
             if slots is not None:
                 break
         if slots is not None:
@@ -506,18 +506,13 @@ class CyclePlacement:
                     return slots
         return None
 
-    def _fullest(self, index: FreeIndex | None, displace: bool
-                 ) -> Callable[[], Iterator[NodeGpus]] | None:
-        """The pool's nodes with room, most first, as the index files them (None: no
-        index; the spread then sorts the nodes)."""
-        if index is None:
-            return None
+    def _fullest(self, index: FreeIndex, displace: bool) -> Iterator[NodeGpus]:
+        """The pool's nodes with room, most first, as the index files them; read only when
+        iterated (a spread over one switch never reads them)."""
+        self._flush()
         nodes = self._nodes
-
-        def fullest() -> Iterator[NodeGpus]:
-            self._flush()
-            return (nodes[pos] for pos in index.fullest(displace))
-        return fullest
+        for pos in index.fullest(displace):
+            yield nodes[pos]
 
     def _switch_free(self, index: FreeIndex | None, displace: bool) -> list[int] | None:
         """Each switch's available GPUs as the index keeps them (None: no index, or it keeps
