@@ -132,17 +132,17 @@ class DiscretisedLas(OrderedPolicy):
         demoted = running.in_order(self._kept_demoted(snap, running))
         before = self._back, [(jid, self._queue[jid], self._key[jid]) for jid in demoted]
         for jid in demoted:
-            self._take(jid, self._append(jid, self._queue[jid] + 1))
+            self._bounds.take(jid, self._append(jid, self._queue[jid] + 1))
         plan = self.walk_in_place(snap, fit)
         if plan is None:  # as it was: the full plan demotes them
             self._back = before[0]
             for jid, q, k in before[1]:
                 self._queue[jid], self._key[jid] = q, k
-                self._take(jid, k)
+                self._bounds.take(jid, k)
             return None
         self._rank_anew([*plan.run, *demoted])
         for jid in [*plan.run, *demoted]:
-            self._take(jid, self._key[jid])
+            self._bounds.take(jid, self._key[jid])
             self._predict(jid, snap)
         plan.wakeup_at = self._kept_wakeup(snap)
         self._last = plan
@@ -179,7 +179,7 @@ class DiscretisedLas(OrderedPolicy):
         self._due.clear()
         self._demotions.clear()
         self._wakeups.clear()
-        self.set_taken([])
+        self._bounds.reset([])
         return plan
 
     def _plan_kept(self, snap: Snapshot, fit: Fitter, running: RunningJobs) -> Plan:
@@ -192,7 +192,7 @@ class DiscretisedLas(OrderedPolicy):
         jobs whose queue changes."""
         demoted = running.in_order(self._kept_demoted(snap, running))
         for jid in demoted:
-            self._take(jid, self._append(jid, self._queue[jid] + 1))
+            self._bounds.take(jid, self._append(jid, self._queue[jid] + 1))
         kept, ranked = self._walk_start(snap, fit)
         plan = greedy_fill(self.streams(ranked), snap.jobs, fit, self.name, kept,
                            running.spec_of)
@@ -200,11 +200,11 @@ class DiscretisedLas(OrderedPolicy):
         self._rank_anew(fresh)
         preempted = [item for item in ranked if item[1] not in plan.run]
         for _, jid in preempted:
-            self._untake(jid)
+            self._bounds.drop(jid)
             self._unpredict(jid)
         self._requeue_preempted(preempted, snap)
         for jid in fresh:
-            self._take(jid, self._key[jid])
+            self._bounds.take(jid, self._key[jid])
             self._predict(jid, snap)
         plan.wakeup_at = self._kept_wakeup(snap)
         return plan

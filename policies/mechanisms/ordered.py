@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from sortedcontainers import SortedList
 
@@ -21,18 +21,11 @@ from policies.base import (
     running_specs,
     status_for_waiting,
 )
+from policies.mechanisms.bounds import Key, Rank, RunningBounds
 from schemas.events import GpuSlots
 from schemas.status import Status
 
-Key = tuple[Any, ...]
-_RETAKES = 64  # at most so many running jobs' keys taken again per check (a bound either way)
-_REBUILD_FROM = 16  # a sorted list is made again where 1/16 of its entries or more change
-
-
-def _none_between(waiting: list[SortedList], low: tuple[Key, str] | None,
-                  high: tuple[Key, str]) -> bool:
-    """Whether no waiting job ranks between `low` and `high` (ranks of running jobs)."""
-    return low is not None and all(b.bisect_left(low) == b.bisect_left(high) for b in waiting)
+__all__ = ["Key", "OrderedPolicy"]
 
 
 class OrderedPolicy(Policy):
@@ -53,9 +46,9 @@ class OrderedPolicy(Policy):
     (a wide job blocked ahead of long-running ones, on a busy cluster).
 
     Where a running job's key never rises while it runs (`keys_fall`), the rank of the last
-    running job comes from the keys as last taken, which bound the true ones from above: only
-    the last is taken again, until it stands or no waiting job ranks between the keys so
-    taken and the next bound, so the check reads few running jobs' views.
+    running job comes from the keys as last taken, which bound the true ones from above
+    (`RunningBounds`): only the last is taken again, until it stands or no waiting job ranks
+    between the keys so taken and the next bound, so the check reads few running jobs' views.
     """
 
     tries_in_place = True
@@ -71,14 +64,8 @@ class OrderedPolicy(Policy):
         self._wkey: dict[str, tuple[Key, int]] = {}
         self._last: Plan | None = None
         # The running jobs' ranks (unsorted) and the last of them, for one snapshot's jobs.
-        self._running: tuple[Sequence[JobView], list[tuple[Key, str]],
-                             tuple[Key, str] | None] | None = None
-        # With `keys_fall`: every running job's key as last taken (None: to be taken, as for
-        # a job that started since), those taken, sorted, and those to be taken.
-        self._taken: dict[str, Key | None] = {}
-        self._bounds: SortedList = SortedList()
-        self._untaken: set[str] = set()
-        self._reports_for: RunningJobs | None = None  # the snapshot's jobs they were taken for
+        self._running: tuple[Sequence[JobView], list[Rank], Rank | None] | None = None
+        self._bounds = RunningBounds()  # with `keys_fall`: every running job's key as taken
 
     @abc.abstractmethod
     def key(self, job: JobView) -> Key: ...
@@ -88,7 +75,7 @@ class OrderedPolicy(Policy):
 
     def job_removed(self, job_id: str) -> None:
         self._unqueue(job_id)
-        self._untake(job_id)
+        self._bounds.drop(job_id)
 
     def _unqueue(self, job_id: str) -> None:
         """Out of the waiting index (if in it)."""
@@ -98,14 +85,13 @@ class OrderedPolicy(Policy):
             self._buckets[gpus].remove((k, job_id))
 
     def job_requeued(self, job: JobView) -> None:
-        self._untake(job.job_id)
+        self._bounds.drop(job.job_id)
         self._enqueue(job, self.key(job))  # as `settle` does for a job preempted in a cycle
 
     def job_running(self, job: JobView) -> None:
         OrderedPolicy._unqueue(self, job.job_id)  # out of the waiting index, as a start
         if self.keys_fall:
-            self._untake(job.job_id)
-            self._to_take(job.job_id)
+            self._bounds.to_take(job.job_id)
 
     def _enqueue(self, job: JobView, k: Key) -> None:
         self._wkey[job.job_id] = (k, job.gpus)
@@ -114,22 +100,22 @@ class OrderedPolicy(Policy):
             bucket = self._buckets[job.gpus] = SortedList()
         bucket.add((k, job.job_id))
 
-    def streams(self, running: list[tuple[Key, str]]) -> list[Stream]:
+    def streams(self, running: list[Rank]) -> list[Stream]:
         out: list[Stream] = [(None, iter(running))]
         out += [(g, iter(b)) for g, b in self._buckets.items() if b]
         return out
 
-    def running_keys(self, snap: Snapshot) -> list[tuple[Key, str]]:
+    def running_keys(self, snap: Snapshot) -> list[Rank]:
         keys = self._keys_of(snap)
         keys.sort()
         return keys
 
-    def _keys_of(self, snap: Snapshot) -> list[tuple[Key, str]]:
+    def _keys_of(self, snap: Snapshot) -> list[Rank]:
         """The running jobs' ranks, unsorted; computed once per snapshot (`running_stays`,
         `plan_in_place` and a full walk all need them)."""
         return self._ranked(snap)[1]
 
-    def _worst(self, snap: Snapshot) -> tuple[Key, str]:
+    def _worst(self, snap: Snapshot) -> Rank:
         """The last running job's rank (there is one), once per snapshot; with `keys_fall`,
         a rank no better than it that no waiting job's falls between, which is all the
         checks need: they compare it with waiting jobs' ranks alone."""
@@ -140,110 +126,22 @@ class OrderedPolicy(Policy):
         assert worst is not None
         return worst
 
-    def _bound(self, snap: Snapshot, running: RunningJobs) -> tuple[Key, str]:
-        """`_worst` from the bounds (see class docstring). The last one is taken again until
-        it stands, or until no waiting job ranks between the best key so taken (no better
-        than the true last) and the next bound (no worse): then either answers alike. Each
-        one taken again leaves the list (its key now exact) until the loop ends, so the next
-        one is the better of the list's last and the best of those taken out, which stands
-        (its key is exact) if it is theirs."""
-        self._take_reports(snap, running)
-        bounds, taken, out = self._bounds, self._taken, []
-        waiting = [b for b in self._buckets.values() if b]
-        best: tuple[Key, str] | None = None
-        check_at = 1  # taken again so far when between is next looked at (then twice as many)
-        for retaken in range(_RETAKES):
-            top = bounds[-1]
-            if best is not None and best > top:
-                break
-            if retaken == check_at:
-                check_at *= 2
-                if _none_between(waiting, best, top):
-                    break
-            now = self.running_key(top[1], snap)
-            if now == top[0]:
-                break
-            bounds.pop()
-            taken[top[1]] = now
-            item = (now, top[1])
-            out.append(item)
-            if best is None or item > best:
-                best = item
-            if not bounds:
-                break
-        bounds.update(out)
-        worst: tuple[Key, str] = bounds[-1]
-        return worst
+    def _bound(self, snap: Snapshot, running: RunningJobs) -> Rank:
+        """`_worst` from the bounds: `RunningBounds.last`."""
+        key_of = self._key_of(snap)
+        self._bounds.take_reports(running, key_of)
+        return self._bounds.last([b for b in self._buckets.values() if b], key_of)
 
-    def _take_reports(self, snap: Snapshot, running: RunningJobs) -> None:
-        """Every running job's bound: keys taken for the jobs that started or were reported
-        on since (a report may set a job back), once per snapshot."""
-        if self._reports_for is running:
-            return
-        if self._taken.keys() != running.ids:  # not told of every start or end (a new policy)
-            self.set_taken([])
-            for job_id in running.ids:
-                self._to_take(job_id)
-        for job_id in [*self._untaken, *running.reported]:
-            self._take(job_id, self.running_key(job_id, snap))
-        self._reports_for = running
+    def _key_of(self, snap: Snapshot) -> Callable[[str], Key]:
+        """A running job's key now, in this snapshot."""
+        return lambda job_id: self.running_key(job_id, snap)
 
     def running_key(self, job_id: str, snap: Snapshot) -> Key:
         """A running job's key now (a policy that keeps them need not read its view)."""
         return self.key(snap.jobs[job_id])
 
-    def _take(self, job_id: str, k: Key) -> None:
-        old = self._taken.get(job_id)
-        if old is not None:
-            self._bounds.remove((old, job_id))
-        self._taken[job_id] = k
-        self._bounds.add((k, job_id))
-        self._untaken.discard(job_id)
-
-    def _to_take(self, job_id: str) -> None:
-        """A running job whose key is taken at the next check (one not taken yet)."""
-        self._taken[job_id] = None
-        self._untaken.add(job_id)
-
-    def set_taken(self, keys: list[tuple[Key, str]]) -> None:
-        """Every running job's key as now taken (none: to be taken from the views)."""
-        if keys or self._taken:
-            self._taken = {jid: k for k, jid in keys}
-            self._bounds = SortedList(keys)
-            self._untaken.clear()
-
-    def _retake(self, walked: list[tuple[Key, str]], run: Collection[str]) -> None:
-        """The keys of running jobs a walk ranked (sorted): taken anew for those that still
-        run, dropped for the others. Many of them: the sorted list made again, from the
-        others' entries and theirs (two sorted runs, which a sort merges in linear time),
-        rather than one removal and one insertion each."""
-        if len(walked) * _REBUILD_FROM < len(self._bounds):
-            for k, jid in walked:
-                if jid in run:
-                    self._take(jid, k)
-                else:
-                    self._untake(jid)
-            return
-        taken, ids = self._taken, set()
-        for k, jid in walked:
-            ids.add(jid)
-            if jid in run:
-                taken[jid] = k
-            else:
-                del taken[jid]
-        self._untaken -= ids
-        self._bounds = SortedList([item for item in self._bounds if item[1] not in ids]
-                                  + [item for item in walked if item[1] in run])
-
-    def _untake(self, job_id: str) -> None:
-        if job_id in self._taken:
-            old = self._taken.pop(job_id)
-            if old is not None:
-                self._bounds.remove((old, job_id))
-            self._untaken.discard(job_id)
-
-    def _ranked(self, snap: Snapshot) -> tuple[Sequence[JobView], list[tuple[Key, str]],
-                                               tuple[Key, str] | None]:
+    def _ranked(self, snap: Snapshot) -> tuple[Sequence[JobView], list[Rank],
+                                               Rank | None]:
         cached = self._running
         if cached is None or cached[0] is not snap.running:
             keys = [(self.key(v), v.job_id) for v in snap.running]
@@ -287,7 +185,7 @@ class OrderedPolicy(Policy):
         return plan
 
     def _left_out_alike(self, snap: Snapshot, fit: Fitter,
-                        left_out: list[tuple[tuple[Key, str], int]]) -> bool:
+                        left_out: list[tuple[Rank, int]]) -> bool:
         """Whether the full walk would leave out these waiting jobs too (the first of each GPU
         count left out ahead of the last running job), and so keep every running job where it
         is. A job left out there fails even where it may displace the running jobs behind it,
@@ -302,11 +200,11 @@ class OrderedPolicy(Policy):
             smallest = gpus
         return True
 
-    def _behind(self, snap: Snapshot, item: tuple[Key, str]) -> list[str]:
+    def _behind(self, snap: Snapshot, item: Rank) -> list[str]:
         """The running jobs that may rank after `item` (with bounded keys, some that may
         not: never fewer)."""
         if self.keys_fall and isinstance(snap.running, RunningJobs):
-            return [jid for _, jid in self._bounds.irange(item, inclusive=(False, True))]
+            return self._bounds.behind(item)
         return [jid for k, jid in self._keys_of(snap) if (k, jid) > item]
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
@@ -323,7 +221,7 @@ class OrderedPolicy(Policy):
         return plan
 
     def _walk_start(self, snap: Snapshot, fit: Fitter
-                    ) -> tuple[dict[str, GpuSlots], list[tuple[Key, str]]]:
+                    ) -> tuple[dict[str, GpuSlots], list[Rank]]:
         """A full walk's start: the running jobs that rank ahead of every waiting job, given
         back their GPUs at once (the walk would re-place each where it is before it reached
         a waiting job), and the other running jobs' ranks, sorted. With bounded keys a job
@@ -335,11 +233,12 @@ class OrderedPolicy(Policy):
         heads = [b[0] for b in self._buckets.values() if b]
         if not (heads and self.keys_fall and isinstance(running, RunningJobs) and running.ids):
             return {}, self.running_keys(snap)
-        self._take_reports(snap, running)
-        first, irregular, bounds = min(heads), running.irregular, self._bounds
-        ranked: list[tuple[Key, str]] = []
-        for _, jid in bounds.islice(bounds.bisect_left(first)):
-            item = (self.running_key(jid, snap), jid)
+        key_of = self._key_of(snap)
+        self._bounds.take_reports(running, key_of)
+        first, irregular = min(heads), running.irregular
+        ranked: list[Rank] = []
+        for jid in self._bounds.reaching(first):
+            item = (key_of(jid), jid)
             if item >= first:
                 ranked.append(item)
         walked = {jid for _, jid in ranked}
@@ -351,7 +250,7 @@ class OrderedPolicy(Policy):
         ranked.sort()
         return kept, ranked
 
-    def settle(self, snap: Snapshot, plan: Plan, running: list[tuple[Key, str]],
+    def settle(self, snap: Snapshot, plan: Plan, running: list[Rank],
                every: bool = True) -> None:
         """Move started jobs out of the waiting index and preempted ones into it; `running`:
         the running jobs the walk ranked (`every` one, or those not kept ahead)."""
@@ -364,20 +263,21 @@ class OrderedPolicy(Policy):
         if self.keys_fall and isinstance(snap.running, RunningJobs):
             self._keep_taken(plan, running, every)
         else:  # not needed: rebuilt from the views when next needed
-            self.set_taken([])
+            self._bounds.reset([])
 
-    def _keep_taken(self, plan: Plan, running: list[tuple[Key, str]], every: bool) -> None:
+    def _keep_taken(self, plan: Plan, running: list[Rank], every: bool) -> None:
         """The running jobs' keys after a plan: a full walk took the key of every running job
         it ranked (the others, kept ahead, keep their bounds), and the jobs that start have
         theirs taken at the next check (a job's first estimate starts from its last report,
         which its waiting key may not know)."""
+        bounds = self._bounds
         if not plan.stay and every:
-            self.set_taken([(k, jid) for k, jid in running if jid in plan.run])
+            bounds.reset([(k, jid) for k, jid in running if jid in plan.run])
         elif not plan.stay:
-            self._retake(running, plan.run)
+            bounds.retake(running, plan.run)
         for jid in islice(plan.run, plan.kept, None):  # those kept ahead keep theirs
-            if jid not in self._taken:
-                self._to_take(jid)
+            if jid not in bounds:
+                bounds.to_take(jid)
 
     def queue_position(self, job_id: str) -> int | None:
         """1-based rank among waiting jobs (what `loom status` shows)."""

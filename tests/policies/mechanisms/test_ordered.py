@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 import policies
 from domain.placement import CyclePlacement
 from policies.base import JobView, RunningJobs, Snapshot
-from policies.mechanisms import ordered
 from policies.mechanisms.ordered import OrderedPolicy
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
@@ -466,25 +465,6 @@ def test_a_check_takes_keys_again_only_as_far_as_the_waiting_jobs_need(
     views = ReadViews(case.views)
     assert case.policy.running_stays(_snapshot(views, case.running)) is stays
     assert views.read & set(case.running) == read
-
-
-def test_a_walk_takes_many_keys_at_once_as_one_by_one(monkeypatch: pytest.MonkeyPatch
-                                                       ) -> None:
-    """The keys a full walk took anew, set in one rebuild of the sorted bounds or one by
-    one, leave the same bounds (`OrderedPolicy._retake`)."""
-    taken = [((float(i), 0.0, f"j{i}"), f"j{i}") for i in range(40)]
-    walked = sorted(((float(i) / 2, 0.0, f"j{i}"), f"j{i}") for i in range(10, 40, 3))
-    run = {jid for _, jid in walked[::2]}
-    after = []
-    for rebuild_from in (0, 1 << 20):  # never, always
-        monkeypatch.setattr(ordered, "_REBUILD_FROM", rebuild_from)
-        policy = policies.make("srtf")
-        assert isinstance(policy, OrderedPolicy)
-        policy.set_taken(list(taken))
-        policy._retake(walked, run)
-        after.append((list(policy._bounds), dict(policy._taken)))
-    assert after[0] == after[1]
-    assert len(after[0][0]) == 40 - (len(walked) - len(run))
 
 
 def _snapshot(views: dict[str, JobView], running: list[str],
