@@ -31,21 +31,24 @@ _QUEUED, _RUNNING, _PREEMPTED = JobState.QUEUED, JobState.RUNNING, JobState.PREE
 _FINISHED, _FAILED, _REJECTED = JobState.FINISHED, JobState.FAILED, JobState.REJECTED
 _WAITING = frozenset(s for s in JobState if s.waiting)
 _TERMINAL = frozenset(s for s in JobState if s.terminal)
-# How a state (or no previous state) reads in a record: what formatting it gives, looked up.
-_STATE_TEXT: dict[JobState | None, str] = {None: "None", **{s: f"{s}" for s in JobState}}
 
 
 # The decision log behind `decision_digest`: one canonical line per decision. Floats use repr
 # (shortest round-trip form), so equal values give equal lines on every bus and machine.
 def transition_record(t: JobTransitionV1, at: float) -> str:
-    return (f"T {at!r} {t.job_id} {_STATE_TEXT[t.previous]} {_STATE_TEXT[t.state]} {t.cause} "
-            f"{t.gpus} {t.placement} {t.iterations_done!r}\n")
+    # Joined, not formatted: a state is a str (a StrEnum), which `join` reads as it is, where
+    # formatting it, or hashing it to look its text up, runs the enum's Python code.
+    previous = t.previous
+    return " ".join(("T", repr(at), t.job_id, "None" if previous is None else previous, t.state,
+                     t.cause, str(t.gpus), repr(t.placement), repr(t.iterations_done) + "\n"))
 
 
 def plan_record(p: PlanDecided, at: float) -> str:
-    launches = " ".join([f"{x.job_id}@{x.placement}:{x.iterations_done!r}" for x in p.launches])
-    stops = " ".join([f"{x.job_id}:{x.reason}" for x in p.stops])
-    return f"P {at!r} {p.cycle} [{launches}] [{stops}] {p.running} {p.busy_gpus}\n"
+    launches = " ".join([x.job_id + "@" + repr(x.placement) + ":" + repr(x.iterations_done)
+                         for x in p.launches])
+    stops = " ".join([x.job_id + ":" + x.reason for x in p.stops])
+    return "".join(("P ", repr(at), " ", str(p.cycle), " [", launches, "] [", stops, "] ",
+                    str(p.running), " ", str(p.busy_gpus), "\n"))
 
 
 def _rejection_code(t: JobTransitionV1) -> str:

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.events import JobTransitionV1, PlanDecided, envelope
+from schemas.events import JobTransitionV1, Launch, PlanDecided, Stop, envelope
 from schemas.job import JobState
-from services.metrics.core import MetricsCore
+from services.metrics.core import MetricsCore, plan_record, transition_record
 from services.metrics.outcomes import percentile
 from tests.builders import make_job
 
@@ -62,6 +62,43 @@ def test_digest_depends_on_every_decision_and_its_order() -> None:
     _run_script(m3)
     _feed(m3, 100, PlanDecided(cycle=9))
     assert m3.digest != m1.digest
+
+
+@pytest.mark.parametrize(("fields", "at", "record"), [
+    pytest.param(dict(job_id="a", state=Q, previous=None, cause="admitted"), 0.0,
+                 "T 0.0 a None queued admitted 0 () 0.0\n", id="admitted"),
+    pytest.param(dict(job_id="j-7", state=R, previous=P, cause="started", gpus=3,
+                      placement=(("n1", (0, 1)), ("n2", (5,))), iterations_done=12.5),
+                 1234.5678, "T 1234.5678 j-7 preempted running started 3 "
+                 "(('n1', (0, 1)), ('n2', (5,))) 12.5\n", id="running-on-two-nodes"),
+    pytest.param(dict(job_id="b", state=F, previous=R, cause="completed",
+                      iterations_done=1e-07), 1e20,
+                 "T 1e+20 b running finished completed 0 () 1e-07\n", id="floats-as-repr"),
+])
+def test_a_transition_record_reads_as_the_digest_has_always_read_it(
+        fields: dict[str, object], at: float, record: str) -> None:
+    """The line each transition adds to the decision digest: states as their text, floats
+    as their shortest repr. Every recorded digest depends on these bytes."""
+    assert transition_record(JobTransitionV1.model_validate(fields), at) == record
+
+
+@pytest.mark.parametrize(("launched", "stopped", "record"), [
+    pytest.param((), (), "P 7.5 3 [] [] 2 16\n", id="nothing-changes"),
+    pytest.param((("a", (("n1", (0, 1)),), 0.0), ("b", (("n1", (2,)), ("n2", (0,))), 4.25)),
+                 (("c", "preempted"), ("d", "migrated")),
+                 "P 7.5 3 [a@(('n1', (0, 1)),):0.0 b@(('n1', (2,)), ('n2', (0,))):4.25] "
+                 "[c:preempted d:migrated] 2 16\n", id="launches-and-stops-in-order"),
+])
+def test_a_plan_record_reads_as_the_digest_has_always_read_it(
+        launched: tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...], float], ...],
+        stopped: tuple[tuple[str, str], ...], record: str) -> None:
+    """The line each plan adds to the decision digest: launches with their placement and
+    progress, stops with their reason, in the plan's order."""
+    launches = tuple(Launch(job_id=j, spec=make_job(j).build(), placement=slots,
+                            iterations_done=done) for j, slots, done in launched)
+    stops = tuple(Stop(job_id=j, reason=why) for j, why in stopped)
+    plan = PlanDecided(cycle=3, launches=launches, stops=stops, running=2, busy_gpus=16)
+    assert plan_record(plan, 7.5) == record
 
 
 def test_rejected_and_best_effort_jobs() -> None:
