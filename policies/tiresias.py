@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from itertools import takewhile
+from itertools import islice, takewhile
 from typing import ClassVar
 
 from sortedcontainers import SortedList
@@ -196,7 +196,10 @@ class DiscretisedLas(OrderedPolicy):
         kept, ranked = self._walk_start(snap, fit)
         plan = greedy_fill(self.streams(ranked), snap.jobs, fit, self.name, kept,
                            running.spec_of)
-        fresh = [jid for jid in plan.run if self._key[jid][1] == 1]  # starts and demotions
+        # Starts and demotions. Of the running jobs kept ahead (plan.run's first `kept`), only
+        # one demoted just now can have a fresh key: without demotions, none is looked at.
+        start = 0 if demoted else plan.kept
+        fresh = [jid for jid in islice(plan.run, start, None) if self._key[jid][1] == 1]
         self._rank_anew(fresh)
         preempted = [item for item in ranked if item[1] not in plan.run]
         for _, jid in preempted:

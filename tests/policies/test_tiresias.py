@@ -18,6 +18,7 @@ from domain.placement import CyclePlacement
 from policies.base import JobView, RunningJobs, Snapshot
 from schemas.job import JobSpec
 from schemas.status import StatusCode
+from services.scheduler.in_place import open_cycle
 from tests.builders import ReadViews, cluster, make_job, view
 from tests.policies.driver import Driver
 
@@ -294,3 +295,45 @@ def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_t
     assert set(plan.run) == set(runs) and plan.run["a"] == started["a"]
     assert views.read - {"c"} == read
     assert policy.key(later["a"]) < policy.key(later["c"]) < policy.key(later["b"])
+
+
+def test_a_job_demoted_while_kept_ahead_is_ranked_anew() -> None:
+    """a (1 GPU) and b (4 GPUs) run on 8 GPUs and both cross a queue limit now: a drops to
+    queue 1, b to queue 2, behind c (4 GPUs, waiting in queue 2 since before). c ranks ahead
+    of b and finds no room beside it, so the cycle walks in full, keeping a ahead of c
+    unread; c displaces b. a, demoted while kept, is ranked anew as a running job of queue 1
+    (its key no longer that of a job sent to the back of a queue), as the walk over every
+    job would rank it."""
+    a, b, c = J("a", 1), J("b", 4), J("c", 4)
+    policy = policies.make("tiresias")
+    placement = CyclePlacement(cluster(1, 8), "count", {})
+    first = {"a": view(a), "b": view(b, attained=1000)}  # b enters queue 1 (4,000 GPU-s)
+    for v in first.values():
+        policy.job_added(v)
+    started = policy.plan(_snapshot(first, [], 0.0), placement).run
+    assert set(started) == {"a", "b"}
+    # a: 3,300 GPU-s (queue 0's limit is 3,250); b: 7,400 (queue 1's is 7,200); c: 8,000.
+    later = {"a": view(a, True, attained=3300), "b": view(b, True, attained=1850),
+             "c": view(c, attained=2000)}
+    for jid in started:
+        policy.job_running(later[jid])
+        placement.bind(jid, started[jid])
+    policy.job_added(later["c"])
+    views = ReadViews(later)
+    snap, fit, plan = open_cycle(policy, _snapshot(views, ["a", "b"], 3300.0), True,
+                                 lambda in_place: _opened(placement, in_place))
+    assert plan is None and not snap.in_place  # planned in full
+    plan = policy.plan(snap, fit)
+    assert set(plan.run) == {"a", "c"} and plan.kept == 1
+    assert [queue_of_view(policy, later[j]) for j in "abc"] == [1, 2, 2]
+    assert policy.key(later["a"])[1] == 0  # ranked as running, not queued at the back
+    assert policy.key(later["a"]) < policy.key(later["c"]) < policy.key(later["b"])
+
+
+def queue_of_view(policy: policies.Policy, job: JobView) -> int:
+    return int(policy.key(job)[0])  # type: ignore[attr-defined]
+
+
+def _opened(placement: CyclePlacement, in_place: bool) -> CyclePlacement:
+    placement.next_cycle(in_place=in_place)
+    return placement
