@@ -54,20 +54,22 @@ class RunningBounds:
 
     def take(self, job_id: str, k: Key) -> None:
         """`k` is the job's key now."""
-        old = self._keys.get(job_id)
-        if old is not None:
-            self._ranks.remove((old, job_id))
+        self._unrank(job_id)
         self._keys[job_id] = k
         self._ranks.add((k, job_id))
         self._untaken.discard(job_id)
 
     def to_take(self, job_id: str) -> None:
         """A running job whose key is taken at the next check (a job that starts)."""
+        self._unrank(job_id)
+        self._keys[job_id] = None
+        self._untaken.add(job_id)
+
+    def _unrank(self, job_id: str) -> None:
+        """Out of the sorted ranks, if its key was taken (it stays among the running)."""
         old = self._keys.get(job_id)
         if old is not None:
             self._ranks.remove((old, job_id))
-        self._keys[job_id] = None
-        self._untaken.add(job_id)
 
     def drop(self, job_id: str) -> None:
         """The job no longer runs (if it did)."""
