@@ -46,27 +46,25 @@ from policies.mechanisms.allocation import (
     pair_rates,
 )
 from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.round_ledger import (
+    NO,
+    UNKNOWN,
+    YES,
+    BoolArray,
+    Combo,
+    IntArray,
+    RoundLedger,
+)
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
 
 NEVER_RAN = 1e9  # Gavel's priority multiplier for a job that has not run since the reset
 RESET_INTERVAL_S = 1920.0  # Gavel's minimum_time_between_allocation_resets
 
-Combo = tuple[str, ...]  # one job, or two jobs sharing GPUs (in admission order)
-
-
-@dataclass(slots=True)
-class _Ledger:
-    """Per job: seconds received on each GPU type since the last reset, and deficits."""
-
-    received: dict[str, float]
-    deficit: dict[str, float]
-
 
 @dataclass(slots=True)
 class RoundState:
-    allocation: dict[Combo, dict[str, float]] = field(default_factory=dict)
-    ledgers: dict[Combo, _Ledger] = field(default_factory=dict)
+    ledger: RoundLedger = field(default_factory=RoundLedger)  # per combination and type
     type_time: dict[str, float] = field(default_factory=dict)  # Σ received, per type
     last_reset: float = 0.0
     stale: bool = False  # jobs arrived or left since the allocation was computed
@@ -91,10 +89,11 @@ class RoundPolicy(Policy):
         self.reset_interval_s = reset_interval_s
         self.state = RoundState()
         self._shuffle = random.Random(seed + 5)  # Gavel's worker-type shuffler seed
-        self._position: dict[str, int] = {}
+        # The last plan's active jobs and those it ran: waiting jobs' positions, worked out
+        # when asked (`waiting_status`).
+        self._last: tuple[list[str], set[str]] = ([], set())
+        self._position: dict[str, int] | None = {}
         self._order: list[str] = []  # GPU types in this round's visiting order
-        self._can_run: dict[tuple[Combo, str], bool] = {}
-        self._types: tuple[str, ...] = ()
         self.profile: ThroughputTable | None = None
 
     def configure(self, *, seed: int, round_s: float,
@@ -115,41 +114,40 @@ class RoundPolicy(Policy):
     # -- hooks -------------------------------------------------------------------------------
     def job_added(self, job: JobView) -> None:
         st = self.state
-        st.ledgers[(job.job_id,)] = _Ledger({}, {})
+        st.ledger.add((job.job_id,), job.gpus)
         st.stale = True
 
     def job_removed(self, job_id: str) -> None:
         st = self.state
-        for combo in [c for c in st.ledgers if job_id in c]:
-            del st.ledgers[combo]
-            st.allocation.pop(combo, None)
-            st.ran_on.pop(combo, None)
-            for t in self._types:
-                self._can_run.pop((combo, t), None)
-        self._position.pop(job_id, None)
+        for combo in [c for c in st.ran_on if job_id in c]:
+            del st.ran_on[combo]
+        st.ledger.remove_job(job_id)
         st.stale = True
 
     def waiting_status(self, job_id: str) -> Status:
-        alloc = self.state.allocation.get((job_id,))
-        if alloc is not None and not any(alloc.values()) and self.skip_unallocated:
+        if self.skip_unallocated and self.state.ledger.unallocated((job_id,)):
             reason = "not yet allocated GPUs (queued behind earlier jobs)"
         else:
             reason = "other jobs are further below their time share this round"
+        if self._position is None:
+            jobs, ran = self._last
+            waiting = [jid for jid in jobs if jid not in ran]
+            self._position = {jid: i for i, jid in enumerate(waiting, start=1)}
         return Status(code=StatusCode.WAITING_FOR_PRIORITY, reason=reason,
                       decided_by=self.name, queue_position=self._position.get(job_id))
 
     # -- the round ---------------------------------------------------------------------------
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         st = self.state
-        types = self._types = gpu_type_order(snap.cluster)
-        for jid in snap.jobs:  # adopt jobs not announced through job_added
-            if (jid,) not in st.ledgers:
-                self.job_added(snap.jobs[jid])
+        ledger = st.ledger
+        types = gpu_type_order(snap.cluster)
+        if not ledger.singles.issuperset(snap.jobs):
+            for jid in snap.jobs:  # adopt jobs not announced through job_added
+                if (jid,) not in ledger:
+                    self.job_added(snap.jobs[jid])
         half = self.round_s / 2.0
-        for ledger in st.ledgers.values():
-            for t in types:
-                ledger.received.setdefault(t, half)
-                ledger.deficit.setdefault(t, 0.0)
+        ledger.ensure_types(types, half)
+        ledger.fill_unset(half)
         left = dict(snap.cluster.gpus_by_type)
         kept: dict[Combo, str] = {}
         if st.last_round is not None and snap.now < st.last_round + self.round_s - 1e-6:
@@ -157,7 +155,7 @@ class RoundPolicy(Policy):
             # freed GPUs go to the next entries in this round's priority order.
             kept = {c: t for c, t in st.ran_on.items() if all(j in snap.jobs for j in c)}
             for c, t in kept.items():
-                left[t] -= snap.jobs[c[0]].gpus
+                left[t] -= ledger.size[c]
             order = self._order
         else:
             self._credit(snap.now)
@@ -175,15 +173,16 @@ class RoundPolicy(Policy):
             st.started[combo] = snap.now
         chosen = {**kept, **chosen}
         plan = Plan()
-        for combo, t in sorted(chosen.items(), key=lambda kv: -snap.jobs[kv[0][0]].gpus):
-            slots = fit.try_place(combo[0], snap.jobs[combo[0]].gpus, t)
+        size = ledger.size
+        for combo, t in sorted(chosen.items(), key=lambda kv: -size[kv[0]]):
+            slots = fit.try_place(combo[0], size[combo], t)
             if slots is None:
                 # The selection counted GPUs per type, so only an admission step in front of
                 # the policy (tenant quotas, policies.mechanisms.admission) refuses: the combo
                 # sits out this round, uncharged.
                 del chosen[combo]
                 st.started.pop(combo, None)
-                reason = fit.explain(snap.jobs[combo[0]].gpus)
+                reason = fit.explain(size[combo])
                 for jid in combo:
                     plan.blocked[jid] = Status(code=StatusCode.WAITING_BY_POLICY, reason=reason,
                                                decided_by=self.name)
@@ -193,8 +192,7 @@ class RoundPolicy(Policy):
                 if len(combo) > 1:
                     plan.groups[jid] = tuple(sorted(combo))
         st.ran_on = dict(chosen)
-        waiting = [jid for jid in snap.jobs if jid not in plan.run]
-        self._position = {jid: i for i, jid in enumerate(waiting, start=1)}
+        self._last, self._position = (list(snap.jobs), set(plan.run)), None
         plan.free_gpus = fit.free_gpus
         return plan
 
@@ -202,24 +200,25 @@ class RoundPolicy(Policy):
         st = self.state
         if st.last_round is None:
             return
+        ledger = st.ledger
         for combo, t in st.ran_on.items():
             elapsed = now - st.started.get(combo, st.last_round)
-            ledger = st.ledgers.get(combo)
-            if ledger is not None:
-                ledger.received[t] = ledger.received.get(t, 0.0) + elapsed
+            row = ledger.row.get(combo)
+            if row is not None:
+                ledger.received[row, ledger.col[t]] += elapsed
                 st.type_time[t] = st.type_time.get(t, 0.0) + elapsed
 
     def _reset(self, snap: Snapshot, types: tuple[str, ...]) -> None:
         st = self.state
+        ledger = st.ledger
         half = self.round_s / 2.0
         since = snap.now - st.last_reset
-        for combo, ledger in st.ledgers.items():
-            alloc = st.allocation.get(combo)
-            for t in types:
-                should = alloc[t] * since if alloc is not None else 0.0
-                ledger.deficit[t] += should - (ledger.received[t] - half)
-                ledger.received[t] = half
-        st.type_time = {t: half * len(st.ledgers) for t in types}
+        rows, cols = ledger.live_rows(), ledger.cols(types)
+        at = np.ix_(rows, cols)
+        # What each combination should have had (none without an allocation) less what it got.
+        ledger.deficit[at] += ledger.alloc[at] * since - (ledger.received[at] - half)
+        ledger.received[at] = half
+        st.type_time = {t: half * len(ledger) for t in types}
         st.last_reset = snap.now
         inp = AllocationInput.from_snapshot(snap, tuple(sorted(types)))
         combos: list[Combo] = [(jid,) for jid in inp.job_ids]
@@ -228,15 +227,13 @@ class RoundPolicy(Policy):
         elif self.packing:
             pairs = PairTable.build(snap, inp, self.profile)
             for combo in pairs.combos:  # new pairs start with nothing received
-                st.ledgers.setdefault(combo, _Ledger(dict.fromkeys(types, 0.0),
-                                                     dict.fromkeys(types, 0.0)))
+                if combo not in ledger:
+                    ledger.add(combo, snap.jobs[combo[0]].gpus, received=0.0)
             combos += pairs.combos
             x = self.allocate_packed(inp, pairs)
         else:
             x = self.allocate(inp)
-        x = np.clip(x, 0.0, 1.0)
-        st.allocation = {c: {t: float(x[i, j]) for j, t in enumerate(inp.types)}
-                         for i, c in enumerate(combos)}
+        ledger.set_allocation(combos, inp.types, np.clip(x, 0.0, 1.0))
         st.stale = False
         st.recomputed += 1
 
@@ -245,55 +242,61 @@ class RoundPolicy(Policy):
         """Gavel's greedy pass over (combination, type) entries in priority order.
 
         Per type, entries are sorted by (priority, deficit, allocation) descending, ties in
-        insertion order (Gavel's stable sort), computed with numpy; the walk over a type stops
-        as soon as its GPUs are all taken.
+        the order the combinations were added (Gavel's stable sort), from the ledger's
+        columns; the walk over a type stops as soon as its GPUs are all taken.
         """
         st = self.state
-        combos = [c for c in st.ledgers if all(j in snap.jobs for j in c)]
+        ledger = st.ledger
+        rows = ledger.live_rows()
+        if len(ledger.singles) != len(snap.jobs):  # some are out of the policy's sight
+            rows = rows[[ledger.seen_in(r, snap.jobs) for r in rows.tolist()]]
         chosen: dict[Combo, str] = {}
-        if not combos:
+        if not len(rows):
             return chosen
-        n = len(combos)
-        gpus = [snap.jobs[c[0]].gpus for c in combos]
-        none: dict[str, float] = {}
-        # Each combination's ledger and allocation looked up once, not once per type and field.
-        ledgers = [st.ledgers[c] for c in combos]
-        allocs = [st.allocation.get(c, none) for c in combos]
+        gpus = ledger.gpus[rows]
+        sizes = gpus.tolist()
         for t in order:
             if left.get(t, 0) <= 0:
                 continue
-            alloc = np.fromiter((a.get(t, 0.0) for a in allocs), np.float64, n)
-            got = np.fromiter((g.received[t] for g in ledgers), np.float64, n)
-            deficit = np.fromiter((g.deficit[t] for g in ledgers), np.float64, n)
-            ok = np.fromiter((self._runnable(snap, c, t) for c in combos), np.bool_, n)
+            col = ledger.col[t]
+            alloc = ledger.alloc[rows, col]
+            got = ledger.received[rows, col]
+            deficit = ledger.deficit[rows, col]
+            ok = self._runnable(snap, rows, t)
             total = st.type_time.get(t, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 fair = np.where((got > 0) & (total > 0), alloc / (got / total), alloc * NEVER_RAN)
             prio = np.where((alloc > 0) & ok, fair, 0.0)
-            ranked = np.lexsort((np.arange(n), -alloc, -deficit, -prio))
-            # Plain lists for the walk: indexing a numpy array one element at a time is slow.
-            runs, share = ok.tolist(), alloc.tolist()
-            for i in ranked.tolist():
+            ranked = np.lexsort((rows, -alloc, -deficit, -prio))
+            # Only entries that could be taken are walked, as plain ints.
+            can = ok & (gpus <= left[t])
+            if self.skip_unallocated:
+                can &= alloc > 0
+            for i in ranked[can[ranked]].tolist():
                 if left[t] <= 0:
                     break
-                combo = combos[i]
-                if not runs[i] or gpus[i] > left[t] or not busy.isdisjoint(combo):
+                combo = ledger.combo_at(int(rows[i]))
+                if sizes[i] > left[t] or not busy.isdisjoint(combo):
                     continue
-                if self.skip_unallocated and share[i] <= 0:
-                    continue
-                left[t] -= gpus[i]
+                left[t] -= sizes[i]
                 chosen[combo] = t
                 busy.update(combo)
         return chosen
 
-    def _runnable(self, snap: Snapshot, combo: Combo, t: str) -> bool:
-        """Whether the combination makes progress on type t (rates never change: cached)."""
-        hit = self._can_run.get((combo, t))
-        if hit is None:
+    def _runnable(self, snap: Snapshot, rows: IntArray, t: str) -> BoolArray:
+        """Whether each of `rows` makes progress on type t (rates never change: worked out
+        once per combination and type)."""
+        ledger = self.state.ledger
+        col = ledger.col[t]
+        runs = ledger.runs[rows, col]
+        for i in np.flatnonzero(runs == UNKNOWN).tolist():
+            combo = ledger.combo_at(int(rows[i]))
             if len(combo) == 1:
                 hit = job_rate(snap.jobs[combo[0]], t) > 0
             else:
                 rates = pair_rates(self.profile, snap.jobs[combo[0]], snap.jobs[combo[1]], t)
                 hit = rates is not None and rates[0] > 0 and rates[1] > 0
-            self._can_run[(combo, t)] = hit
-        return hit
+            runs[i] = YES if hit else NO
+            ledger.runs[rows[i], col] = runs[i]
+        out: BoolArray = runs == YES
+        return out
