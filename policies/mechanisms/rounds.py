@@ -260,19 +260,21 @@ class RoundPolicy(Policy):
                 continue
             col = ledger.col[t]
             alloc = ledger.alloc[rows, col]
-            got = ledger.received[rows, col]
-            deficit = ledger.deficit[rows, col]
-            ok = self._runnable(snap, rows, t)
-            total = st.type_time.get(t, 0.0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fair = np.where((got > 0) & (total > 0), alloc / (got / total), alloc * NEVER_RAN)
-            prio = np.where((alloc > 0) & ok, fair, 0.0)
-            ranked = np.lexsort((rows, -alloc, -deficit, -prio))
-            # Only entries that could be taken are walked, as plain ints.
-            can = ok & (gpus <= left[t])
+            # Only entries that could be taken are ranked and walked: the rest are passed over
+            # wherever they stand.
+            can = self._runnable(snap, rows, t) & (gpus <= left[t])
             if self.skip_unallocated:
                 can &= alloc > 0
-            for i in ranked[can[ranked]].tolist():
+            at = np.flatnonzero(can)
+            if not len(at):
+                continue
+            share, ids = alloc[at], rows[at]
+            got, deficit = ledger.received[ids, col], ledger.deficit[ids, col]
+            total = st.type_time.get(t, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fair = np.where((got > 0) & (total > 0), share / (got / total), share * NEVER_RAN)
+            prio = np.where(share > 0, fair, 0.0)
+            for i in at[np.lexsort((ids, -share, -deficit, -prio))].tolist():
                 if left[t] <= 0:
                     break
                 combo = ledger.combo_at(int(rows[i]))
