@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+from policies.mechanisms.lp import FloatArray
+
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Combo = tuple[str, ...]  # one job, or two jobs sharing GPUs (in admission order)
@@ -33,7 +34,6 @@ class RoundLedger:
         self.col: dict[str, int] = {}
         self.combos: list[Combo | None] = []  # by row; None once removed
         self.row: dict[Combo, int] = {}
-        self.size: dict[Combo, int] = {}  # GPUs a combination takes (its first job's gang)
         self.singles: set[str] = set()  # jobs with a row of their own
         self._of_job: dict[str, list[Combo]] = {}  # job → the combinations holding it
         self._unset: list[int] = []  # rows whose received time the next round sets
@@ -63,7 +63,7 @@ class RoundLedger:
             self.combos.append(combo)
             self.row[combo] = row
             self.alive[row] = True
-            self.gpus[row] = self.size[combo] = gpus
+            self.gpus[row] = gpus
             self.runs[row] = UNKNOWN
             for jid in combo:
                 self._of_job.setdefault(jid, []).append(combo)
@@ -87,7 +87,6 @@ class RoundLedger:
             row = self.row.pop(combo, None)
             if row is None:
                 continue
-            del self.size[combo]
             self.combos[row] = None
             self.alive[row] = False
             for other in combo:
@@ -96,6 +95,10 @@ class RoundLedger:
         self.singles.discard(job_id)
         if len(self.combos) - len(self.row) >= max(_COMPACT_FROM, len(self.row)):
             self._compact()
+
+    def size_of(self, combo: Combo) -> int:
+        """GPUs the combination takes (its first job's gang)."""
+        return int(self.gpus[self.row[combo]])
 
     def combo_at(self, row: int) -> Combo:
         combo = self.combos[row]

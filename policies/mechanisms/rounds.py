@@ -155,7 +155,7 @@ class RoundPolicy(Policy):
             # freed GPUs go to the next entries in this round's priority order.
             kept = {c: t for c, t in st.ran_on.items() if all(j in snap.jobs for j in c)}
             for c, t in kept.items():
-                left[t] -= ledger.size[c]
+                left[t] -= ledger.size_of(c)
             order = self._order
         else:
             self._credit(snap.now)
@@ -173,16 +173,16 @@ class RoundPolicy(Policy):
             st.started[combo] = snap.now
         chosen = {**kept, **chosen}
         plan = Plan()
-        size = ledger.size
-        for combo, t in sorted(chosen.items(), key=lambda kv: -size[kv[0]]):
-            slots = fit.try_place(combo[0], size[combo], t)
+        size = ledger.size_of
+        for combo, t in sorted(chosen.items(), key=lambda kv: -size(kv[0])):
+            slots = fit.try_place(combo[0], size(combo), t)
             if slots is None:
                 # The selection counted GPUs per type, so only an admission step in front of
                 # the policy (tenant quotas, policies.mechanisms.admission) refuses: the combo
                 # sits out this round, uncharged.
                 del chosen[combo]
                 st.started.pop(combo, None)
-                reason = fit.explain(size[combo])
+                reason = fit.explain(size(combo))
                 for jid in combo:
                     plan.blocked[jid] = Status(code=StatusCode.WAITING_BY_POLICY, reason=reason,
                                                decided_by=self.name)

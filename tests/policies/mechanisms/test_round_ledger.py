@@ -160,4 +160,4 @@ def check_against_a_dict(steps: list[tuple[str, int]]) -> None:
         row = ledger.row[combo]
         if combo not in unset:
             assert ledger.received[row].tolist() == [received, received]
-        assert ledger.size[combo] == ledger.gpus[row] == int(combo[0][1:]) + 1
+        assert ledger.size_of(combo) == int(combo[0][1:]) + 1
