@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,10 +60,21 @@ class SchedulerConfig:
                                         load_job_sizes=self.load_job_sizes)
 
     def __post_init__(self) -> None:
+        # Times are floats whatever the caller passed. A round of 360 (an int) made the cycles'
+        # times ints run from source and floats compiled (mypyc converts at the call), so the
+        # same decisions gave two digests (their records print times with repr).
+        for name in ("round_s", "forecast_every_s", "forecast_horizon_s",
+                     "queue_status_every_s"):
+            value = getattr(self, name)
+            if value is None and name.endswith("every_s"):  # None: never
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{name} must be a number of seconds, not {value!r}")
+            object.__setattr__(self, name, float(value))  # an int, or numpy's (repr: its type)
         if self.replan not in ("event", "round", "slot"):
             raise ValueError(f"replan must be 'event', 'round' or 'slot', not {self.replan!r}")
-        if self.round_s <= 0:
-            raise ValueError("round_s must be positive")
+        if not 0 < self.round_s < math.inf:
+            raise ValueError(f"round_s must be a positive number of seconds, not {self.round_s!r}")
         if self.forecast_every_s is not None and self.forecast_every_s < 0:
             raise ValueError("forecast_every_s must be 0 or more (None: no forecasts)")
         if self.queue_status_every_s is not None and self.queue_status_every_s < 0:
