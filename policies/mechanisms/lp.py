@@ -31,6 +31,9 @@ FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 # a plain canonicalisation linearly (16,384 rows: about 1 s and 0.1 GB).
 DPP_ROWS_MAX = 2048
 USABLE = ("optimal", "optimal_inaccurate")
+# First-order solvers: their tolerances (SCS: 1e-4) are no tighter than an interior-point
+# solver's "optimal_inaccurate" answer, so they are tried only where no answer is in hand.
+FIRST_ORDER = frozenset({"SCS"})
 # Solutions are rounded to this many decimals before any decision sees them. The solvers stop
 # at tolerances near 1e-8, so digits below 1e-6 are noise: the same optimum from another
 # solver version, or two symmetric jobs' shares, differ there; and an interior-point solver
@@ -113,13 +116,16 @@ def compiles(rows: int) -> bool:
 def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str], *,
                 rows: int = 0) -> tuple[FloatArray | None, str]:
     """Solve with each solver in turn; the first optimal value (or the first inaccurate one),
-    snapped to the share grid (`snap`). A problem of more than `DPP_ROWS_MAX` rows is solved
-    without its compiled form."""
+    snapped to the share grid (`snap`). A first-order solver (`FIRST_ORDER`) is tried only
+    where no inaccurate answer is in hand. A problem of more than `DPP_ROWS_MAX` rows is
+    solved without its compiled form."""
     from cvxpy.error import SolverError
 
     plain = not compiles(rows)
     backup: tuple[FloatArray | None, str] = (None, "failed")
     for solver in solvers:
+        if solver in FIRST_ORDER and backup[0] is not None:
+            continue
         try:
             with warnings.catch_warnings():  # "may be inaccurate": reported in the status
                 warnings.simplefilter("ignore", UserWarning)
