@@ -184,9 +184,11 @@ def _collector_tuned() -> Iterator[None]:
     500,000 allocations rather than 700. A run makes millions of short-lived objects that
     reference counting frees, and almost no cycles, so collecting rarely keeps nothing
     longer; each collection walks the young objects' references into the whole heap, so
-    fewer collections cost less in all (measured: docs/validation.md, issue 20)."""
+    fewer collections cost less in all (measured: docs/validation.md, issue 20). Only the
+    young generations are collected before the freeze: a full collection walks every module
+    (cvxpy's and scipy's included), and old garbage frozen now is freed after the run."""
     threshold = gc.get_threshold()
-    gc.collect()
+    gc.collect(1)
     gc.freeze()
     gc.set_threshold(500_000, *threshold[1:])
     try:
