@@ -4,7 +4,8 @@
 
 Imports Gavel's modules first, then times `Scheduler.simulate` plus reading the trace, so the
 figure compares with Loom's `run_simulation` time. Prints one JSON line: wall_s, avg_jct_s
-(over the jobs Gavel completed, as Gavel prints it), makespan_s, completed and failed job counts.
+(over the jobs Gavel completed, as Gavel prints it), makespan_s, completed and failed job counts,
+and each job's JCT by its line in the trace (null where it failed).
 Nothing of Gavel's is changed; its gRPC stub modules must be importable (PYTHONPATH).
 """
 
@@ -35,11 +36,14 @@ def main() -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         sched.simulate(counts, arrivals, jobs, num_gpus_per_server=sizes)
     wall = time.perf_counter() - t0
-    done = [v for v in sched._job_completion_times.values() if v is not None]
+    times = sched._job_completion_times  # JobIdPair → JCT, None where the job failed
+    done = [v for v in times.values() if v is not None]
     print(json.dumps({"wall_s": wall, "avg_jct_s": sum(done) / len(done),
                       "makespan_s": sched.get_current_timestamp(),
                       "completed": len(done),
-                      "failed": len(sched._job_completion_times) - len(done)}))
+                      "failed": len(times) - len(done),
+                      # by the job's line in the trace (Gavel numbers jobs as they arrive)
+                      "jct_by_line": {str(job_id[0]): v for job_id, v in times.items()}}))
     os._exit(0)  # Gavel's scheduler leaves non-daemon threads behind
 
 

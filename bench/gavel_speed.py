@@ -8,7 +8,9 @@ Make the trace with Gavel's generator or `python -m traces.gavel_generator` (ide
 files apart from the command column). Both sides are timed without interpreter start-up and
 imports: Loom's `run_simulation` on the memory bus, Gavel's `Scheduler.simulate`
 (bench/gavel_driver.py). Gavel's average leaves out jobs its simulator marks failed; both
-averages are printed with the job counts.
+averages are printed with the job counts. `ΔJCT` compares the two averages as printed; `Δsame`
+compares them over the same jobs, those Gavel completed (Loom completes every job: where
+Gavel's FIFO puts a job on a GPU type it cannot run on, Gavel fails it after five tries).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loom.simulate import SimConfig, run_simulation
 from traces import load_cluster, load_trace
@@ -34,7 +38,7 @@ GAVEL_NAME = {"fifo-random": "fifo", "fifo-perf": "fifo_perf",
               "min-cost": "max_sum_throughput_normalized_by_cost_perf"}
 
 
-def run_gavel(args: argparse.Namespace, policy: str) -> dict[str, float]:
+def run_gavel(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     env = dict(os.environ)
     if args.gavel_pythonpath:
         env["PYTHONPATH"] = str(args.gavel_pythonpath)
@@ -43,20 +47,42 @@ def run_gavel(args: argparse.Namespace, policy: str) -> dict[str, float]:
                           str(args.trace.resolve()), GAVEL_NAME[policy], args.cluster,
                           args.gpus_per_server], env=env, check=True, capture_output=True,
                          text=True)
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
-def run_loom(args: argparse.Namespace, policy: str) -> tuple[float, float, int, float]:
+@dataclass(frozen=True)
+class LoomRun:
+    wall_s: float
+    avg_jct_s: float
+    finished: int
+    makespan_s: float
+    jct_by_line: dict[str, float | None]  # Loom names a Gavel job by its line in the trace
+
+
+def run_loom(args: argparse.Namespace, policy: str) -> LoomRun:
     trace = load_trace(args.trace)
     per = args.gpus_per_server.split(":")[0]
     cfg = SimConfig(policy=policy, jobs=trace.jobs, cluster=load_cluster(args.cluster, per),
                     trace_name=trace.name)
     t = time.perf_counter()
-    summary = asyncio.run(run_simulation(cfg)).summary
-    return (time.perf_counter() - t, float(summary["avg_jct_s"]),  # type: ignore[arg-type]
-            int(summary["finished"]),  # type: ignore[call-overload]
-            float(summary["makespan_s"]))  # type: ignore[arg-type]
+    result = asyncio.run(run_simulation(cfg))
+    wall, summary = time.perf_counter() - t, result.summary
+    return LoomRun(wall, float(summary["avg_jct_s"]),  # type: ignore[arg-type]
+                   int(summary["finished"]),  # type: ignore[call-overload]
+                   float(summary["makespan_s"]),  # type: ignore[arg-type]
+                   {j.job_id: j.jct_s for j in result.jobs})
+
+
+def same_jobs_delta(loom: dict[str, float | None], gavel: dict[str, float | None]) -> float:
+    """Loom's average JCT over the jobs Gavel completed against Gavel's, in per cent."""
+    if loom.keys() != gavel.keys():
+        raise SystemExit(f"Loom ran {len(loom)} jobs and Gavel {len(gavel)}: not the same trace")
+    theirs = {j: g for j, g in gavel.items() if g is not None}
+    mine = [m for j in theirs if (m := loom[j]) is not None]
+    if len(mine) < len(theirs):
+        raise SystemExit("a job Gavel completed did not finish in Loom")
+    return 100 * (sum(mine) / sum(theirs.values()) - 1)
 
 
 def main() -> None:
@@ -75,17 +101,19 @@ def main() -> None:
 
     print(f"{'policy':<26} {'loom s':>7} {'loom JCT':>10} {'makespan':>9} {'done':>5} "
           f"{'gavel s':>8} {'gavel JCT':>10} {'makespan':>9} {'done':>5} {'speed-up':>9} "
-          f"{'ΔJCT':>7}")
+          f"{'ΔJCT':>7} {'Δsame':>7}")
     for policy in args.policies.split(","):
-        loom_s, loom_jct, loom_done, loom_mk = run_loom(args, policy)
+        loom = run_loom(args, policy)
         cells = ""
         if args.gavel:
             g = run_gavel(args, policy)
-            delta = 100 * (loom_jct / g["avg_jct_s"] - 1)
+            delta = 100 * (loom.avg_jct_s / g["avg_jct_s"] - 1)
+            same = same_jobs_delta(loom.jct_by_line, g["jct_by_line"])
             cells = (f"{g['wall_s']:>8.2f} {g['avg_jct_s']:>10,.0f} {g['makespan_s']:>9,.0f} "
-                     f"{int(g['completed']):>5} {g['wall_s'] / loom_s:>8.1f}x {delta:>+6.1f}%")
-        print(f"{policy:<26} {loom_s:>7.2f} {loom_jct:>10,.0f} {loom_mk:>9,.0f} {loom_done:>5} "
-              f"{cells}", flush=True)
+                     f"{int(g['completed']):>5} {g['wall_s'] / loom.wall_s:>8.1f}x "
+                     f"{delta:>+6.1f}% {same:>+6.1f}%")
+        print(f"{policy:<26} {loom.wall_s:>7.2f} {loom.avg_jct_s:>10,.0f} "
+              f"{loom.makespan_s:>9,.0f} {loom.finished:>5} {cells}", flush=True)
 
 
 if __name__ == "__main__":
