@@ -28,7 +28,7 @@ from typing import Any
 from loom.simulate import SimConfig, run_simulation
 from traces import load_cluster, load_trace
 
-GAVEL_NAME = {"fifo-random": "fifo", "fifo-perf": "fifo_perf",
+GAVEL_NAME = {"fifo-random": "fifo", "fifo-gavel": "fifo", "fifo-perf": "fifo_perf",
               "max-min-fairness": "max_min_fairness",
               "max-min-fairness-perf": "max_min_fairness_perf",
               "finish-time-fairness": "finish_time_fairness",

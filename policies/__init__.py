@@ -17,6 +17,7 @@ from policies.chronus import Chronus
 from policies.edf import Edf, EdfAccessControl
 from policies.elasticflow import ElasticFlow
 from policies.fifo import Fifo
+from policies.fifo_gavel import FifoGavel
 from policies.fifo_rounds import FifoPerf, FifoRandom
 from policies.finish_time_fairness import FinishTimeFairness, FinishTimeFairnessPerf
 from policies.gandiva import Gandiva
@@ -45,7 +46,7 @@ REGISTRY: dict[str, type[Policy]] = {
         Fifo, Srtf, Srsf, Las, Tiresias, TiresiasGittins, Themis, MuriS, MuriL, TiresiasPollux,
         # Gavel's heterogeneity-aware policies and their agnostic baselines (round-based)
         MaxMinFairness, MaxMinFairnessPerf, FinishTimeFairness, FinishTimeFairnessPerf,
-        FifoRandom, FifoPerf, MinMakespan, MinCost, MinCostSlo, AlloX,
+        FifoRandom, FifoPerf, FifoGavel, MinMakespan, MinCost, MinCostSlo, AlloX,
         MaxMinFairnessPacked, Gandiva, MaxMinFairnessWaterFilling,
         MaxMinFairnessWaterFillingPerf,
         # ElasticFlow's deadline baselines (slotted)
