@@ -9,8 +9,8 @@ files apart from the command column). Both sides are timed without interpreter s
 imports: Loom's `run_simulation` on the memory bus, Gavel's `Scheduler.simulate`
 (bench/gavel_driver.py). Gavel's average leaves out jobs its simulator marks failed; both
 averages are printed with the job counts. `ΔJCT` compares the two averages as printed; `Δsame`
-compares them over the same jobs, those Gavel completed (Loom completes every job: where
-Gavel's FIFO puts a job on a GPU type it cannot run on, Gavel fails it after five tries).
+compares them over the same jobs, those Gavel completed (Loom completes every job; Gavel's
+simulator marks a job failed after five failed micro-tasks).
 """
 
 from __future__ import annotations

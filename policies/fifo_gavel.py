@@ -34,13 +34,14 @@ class FifoGavel(FifoRandom):
     def __init__(self) -> None:
         super().__init__()
         self._arrival: dict[str, int] = {}  # job → admission number (Gavel's job id order)
-        self._numbers = itertools.count()
+        self._admitted = 0
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
         row = {jid: i for i, jid in enumerate(inp.job_ids)}
         for jid in inp.job_ids:
             if jid not in self._arrival:
-                self._arrival[jid] = next(self._numbers)
+                self._arrival[jid] = self._admitted
+                self._admitted += 1
         free = dict(zip(inp.types, inp.capacity.tolist(), strict=True))
         queue = [jid for jid in inp.job_ids if jid not in self._assigned]
         head = 0
