@@ -7,10 +7,10 @@ Three things the simulator does that the description does not say:
   head fits in the GPUs counted free so far (the running jobs after it in that order are not
   yet counted) and runs on the type.
 - The random draw picks an index among the types with room for the job, but the job gets
-  `worker_type`, the name its loop over the free types left behind: the alphabetically last
-  type with any free GPU, room or not. So jobs pile onto that type past its GPUs, and the
-  rounds run those that fit.
-- A type leaves the free list when its count reaches exactly zero, and then the list loses the
+  `worker_type`, the name its loop over the list of free types (sorted by name, made before
+  the queue is walked) left behind: the last type on that list, room or not. So jobs pile onto
+  that type past its GPUs, and the rounds run those that fit.
+- A type leaves the list when its count reaches exactly zero, and then the list loses the
   entry at the drawn index, whatever type that is.
 Draws are taken as Gavel takes them (one per job the loop reaches), from the run's seed.
 """
