@@ -17,18 +17,15 @@ only the type a job is matched to is kept.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from policies.mechanisms.allocation import AllocationInput
-from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.lp import FloatArray, IntArray
 from policies.mechanisms.rounds import RoundPolicy
 from schemas.job import JobSpec
 
 _NO_RATE = 1e-10  # Gavel's stand-in for a zero throughput
 
-IntArray = np.ndarray[Any, np.dtype[np.int64]]
 
 
 def canonical_ties(cost: FloatArray, rows: IntArray, cols: IntArray, workers: int

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
-IntArray = np.ndarray[Any, np.dtype[np.int64]]
+from policies.mechanisms.lp import IntArray
 
 MAX_VALUE = 10.0  # Chronus' MAX_EXPECT_VALUE: the value of meeting a deadline
 

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from policies.chronus.lease import IntArray, LeaseProblem, Selection, consistent, fits
+from policies.chronus.lease import LeaseProblem, Selection, consistent, fits
+from policies.mechanisms.lp import IntArray
 
 
 def lay_out_segment(gpus: Sequence[int], counts: Sequence[int], length: int,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # cvxpy costs about a second to import: only on first use
     import cvxpy as cp
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+IntArray = np.ndarray[Any, np.dtype[np.int64]]
 # Past this many rows a problem is solved without DPP (cvxpy reads its Parameters as
 # constants and canonicalises afresh): the compiled form grows with the square of the rows
 # (Gavel's max-min LP at 8,192 rows: 4.8 GB and 16 s; finish-time fairness at 4,096: 5.5 GB),

@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.lp import FloatArray, IntArray
 
-IntArray = np.ndarray[Any, np.dtype[np.int64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Combo = tuple[str, ...]  # one job, or two jobs sharing GPUs (in admission order)
 

@@ -45,14 +45,13 @@ from policies.mechanisms.allocation import (
     job_rate,
     pair_rates,
 )
-from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.lp import FloatArray, IntArray
 from policies.mechanisms.round_ledger import (
     NO,
     UNKNOWN,
     YES,
     BoolArray,
     Combo,
-    IntArray,
     RoundLedger,
 )
 from schemas.status import Status, StatusCode
