@@ -33,20 +33,17 @@ class FifoGavel(FifoRandom):
 
     def __init__(self) -> None:
         super().__init__()
-        self._arrival: dict[str, int] = {}  # job → admission number (Gavel's job id order)
-        self._admitted = 0
+        # The last allocation's rows (admission order, Gavel's job id order): every job
+        # assigned a type was in it, finished or not.
+        self._last_row: dict[str, int] = {}
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
         row = {jid: i for i, jid in enumerate(inp.job_ids)}
-        for jid in inp.job_ids:
-            if jid not in self._arrival:
-                self._arrival[jid] = self._admitted
-                self._admitted += 1
         free = dict(zip(inp.types, inp.capacity.tolist(), strict=True))
         queue = [jid for jid in inp.job_ids if jid not in self._assigned]
         head = 0
         kept: dict[str, str] = {}
-        for jid in sorted(self._assigned, key=self._arrival.__getitem__):
+        for jid in sorted(self._assigned, key=self._last_row.__getitem__):
             gpu_type = self._assigned[jid]
             if jid in row:  # still running: its GPUs are counted now
                 kept[jid] = gpu_type
@@ -70,8 +67,7 @@ class FifoGavel(FifoRandom):
                 free[gpu_type] -= inp.gpus[i]
                 if free[gpu_type] == 0:
                     types.pop(room[drawn])
-        self._assigned = kept
-        self._arrival = {jid: n for jid, n in self._arrival.items() if jid in row}
+        self._assigned, self._last_row = kept, row
         x = np.zeros(inp.shape)
         for jid, gpu_type in kept.items():
             x[row[jid], inp.types.index(gpu_type)] = 1.0
