@@ -10,7 +10,8 @@ imports: Loom's `run_simulation` on the memory bus, Gavel's `Scheduler.simulate`
 (bench/gavel_driver.py). Gavel's average leaves out jobs its simulator marks failed; both
 averages are printed with the job counts. `ΔJCT` compares the two averages as printed; `Δsame`
 compares them over the same jobs, those Gavel completed (Loom completes every job; Gavel's
-simulator marks a job failed after five failed micro-tasks).
+simulator marks a job failed after five failed micro-tasks). `LP s` is the part of Loom's time
+its policy spent in its solver (the run summary's `solver.total_s`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class LoomRun:
     finished: int
     makespan_s: float
     jct_by_line: dict[str, float | None]  # Loom names a Gavel job by its line in the trace
+    solver_s: float  # of wall_s, in the policy's solver (0 for a policy that solves nothing)
 
 
 def run_loom(args: argparse.Namespace, policy: str) -> LoomRun:
@@ -71,7 +73,13 @@ def run_loom(args: argparse.Namespace, policy: str) -> LoomRun:
     return LoomRun(wall, float(summary["avg_jct_s"]),  # type: ignore[arg-type]
                    int(summary["finished"]),  # type: ignore[call-overload]
                    float(summary["makespan_s"]),  # type: ignore[arg-type]
-                   {j.job_id: j.jct_s for j in result.jobs})
+                   {j.job_id: j.jct_s for j in result.jobs},
+                   _solver_seconds(summary.get("solver")))
+
+
+def _solver_seconds(stats: object) -> float:
+    seconds = stats.get("total_s") if isinstance(stats, dict) else None
+    return float(seconds) if isinstance(seconds, int | float) else 0.0
 
 
 def same_jobs_delta(loom: dict[str, float | None], gavel: dict[str, float | None]) -> float:
@@ -99,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     import cvxpy  # noqa: F401  - as Gavel's, Loom's import time is left out
 
-    print(f"{'policy':<26} {'loom s':>7} {'loom JCT':>10} {'makespan':>9} {'done':>5} "
+    print(f"{'policy':<26} {'loom s':>7} {'LP s':>6} {'loom JCT':>10} {'makespan':>9} {'done':>5} "
           f"{'gavel s':>8} {'gavel JCT':>10} {'makespan':>9} {'done':>5} {'speed-up':>9} "
           f"{'ΔJCT':>7} {'Δsame':>7}")
     for policy in args.policies.split(","):
@@ -112,7 +120,7 @@ def main() -> None:
             cells = (f"{g['wall_s']:>8.2f} {g['avg_jct_s']:>10,.0f} {g['makespan_s']:>9,.0f} "
                      f"{int(g['completed']):>5} {g['wall_s'] / loom.wall_s:>8.1f}x "
                      f"{delta:>+6.1f}% {same:>+6.1f}%")
-        print(f"{policy:<26} {loom.wall_s:>7.2f} {loom.avg_jct_s:>10,.0f} "
+        print(f"{policy:<26} {loom.wall_s:>7.2f} {loom.solver_s:>6.2f} {loom.avg_jct_s:>10,.0f} "
               f"{loom.makespan_s:>9,.0f} {loom.finished:>5} {cells}", flush=True)
 
 

@@ -17,7 +17,14 @@ from loom.cli_common import non_negative, out, overhead, positive, slug
 from loom.plots import jct_cdf
 from loom.progress import check_memory, run_reported
 from loom.replay import commands as replay_cli
-from loom.report import forecast_line, incomplete, outcome_line, results_table, write_run
+from loom.report import (
+    forecast_line,
+    incomplete,
+    outcome_line,
+    results_table,
+    solver_line,
+    write_run,
+)
 from loom.runs import RunSpec, compare
 from loom.simulate import SimResult
 from schemas.cluster import LIMITS_TEXT
@@ -185,6 +192,9 @@ def _print_outcomes(summaries: list[dict[str, object]], label: bool) -> None:
         forecasts = forecast_line(s)
         if forecasts is not None:
             out.print(who + escape(forecasts), highlight=False)
+        solver = solver_line(s)
+        if solver is not None:
+            out.print(who + escape(solver), highlight=False)
         rejected = s.get("rejected")
         if isinstance(rejected, int) and rejected:
             out.print(f"[yellow]warning:[/yellow] {who}{rejected:,} of {s['jobs']:,} jobs were "

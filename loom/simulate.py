@@ -143,6 +143,7 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
             writer.close(metrics.digest, complete=ran)
 
     wall = time.perf_counter() - t0
+    solver = scheduler.policy.solver_stats()
     summary: dict[str, object] = {
         "policy": cfg.policy,
         "trace": cfg.trace_name,
@@ -163,6 +164,9 @@ async def run_simulation(cfg: SimConfig, progress: ProgressFn | None = None, *,
         "errors": sum(s.errors for s in shells) + bus.stats.dead_lettered,
         "wall_s": round(wall, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        # What the policy's solver did (solves, seconds, answers it fell back from); absent for
+        # a policy that solves nothing.
+        **({} if solver is None else {"solver": dict(solver)}),
         # What made the decisions besides Loom: a newer solver may break ties otherwise.
         "versions": running_versions(),
     })

@@ -273,6 +273,11 @@ class Policy(abc.ABC):
         beside them costs what it places too."""
         return None
 
+    def solver_stats(self) -> Mapping[str, float | int] | None:
+        """What this policy's solver did over the run (solves, seconds, answers it could not
+        use), for the run's summary; None for a policy that solves nothing."""
+        return None
+
     @abc.abstractmethod
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan: ...
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from policies.mechanisms.allocation import AllocationInput
-from policies.mechanisms.lp import CompiledCache, FloatArray, bucket, solve_first
+from policies.mechanisms.lp import CompiledCache, FloatArray, as_summary, bucket, solve_first
 from policies.mechanisms.rounds import RoundPolicy
 
 if TYPE_CHECKING:
@@ -119,7 +119,8 @@ class FinishTimeFairnessSolver:
         lp.coeff.value = np.vstack([coeff, np.full((pad, n), _PAD_COEFF)])
         lp.sf.value = np.vstack([np.repeat(inp.gpus[:, None], n, axis=1), np.zeros((pad, n))])
         lp.capacity.value = inp.capacity
-        x, _ = solve_first(lp.problem, lp.x, self.solvers, rows=size)
+        x, _ = solve_first(lp.problem, lp.x, self.solvers, rows=size,
+                           stats=self.cache.stats)
         if x is None:
             self.cache.stats.fallbacks += 1
             return isolated
@@ -138,6 +139,9 @@ class FinishTimeFairnessPerf(RoundPolicy):
     def __init__(self) -> None:
         super().__init__()
         self.lp = FinishTimeFairnessSolver()
+
+    def solver_stats(self) -> dict[str, float | int]:
+        return as_summary(self.lp.cache.stats)
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
         return self.lp.solve(inp, inp.throughputs)

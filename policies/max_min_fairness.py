@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from policies.mechanisms.allocation import AllocationInput
-from policies.mechanisms.lp import CompiledCache, FloatArray, LpStats, bucket, solve_first
+from policies.mechanisms.lp import (
+    CompiledCache,
+    FloatArray,
+    LpStats,
+    as_summary,
+    bucket,
+    solve_first,
+)
 from policies.mechanisms.rounds import RoundPolicy
 
 if TYPE_CHECKING:
@@ -130,7 +137,7 @@ class MaxMinLp:
                 floor[:m] = np.where(held[:m], frozen, 0.0)
             lp.floor.value = floor
             lp.exempt.value = np.where(held, _FROZEN, 0.0)
-            x, _ = solve_first(lp.problem, lp.x, self.solvers, rows=size)
+            x, _ = solve_first(lp.problem, lp.x, self.solvers, rows=size, stats=self.stats)
             if x is None or lp.t.value is None:
                 self.cache.stats.fallbacks += 1
                 return None
@@ -196,6 +203,9 @@ class MaxMinFairnessPerf(RoundPolicy):
     def __init__(self) -> None:
         super().__init__()
         self.lp = MaxMinLp()
+
+    def solver_stats(self) -> dict[str, float | int]:
+        return as_summary(self.lp.stats)
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
         rates = inp.throughputs if self.aware else np.ones(inp.shape)

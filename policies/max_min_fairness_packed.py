@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from policies.mechanisms.allocation import AllocationInput, PairTable
-from policies.mechanisms.lp import FloatArray, LpStats, solve_first
+from policies.mechanisms.lp import FloatArray, LpStats, as_summary, solve_first
 from policies.mechanisms.rounds import RoundPolicy
 
 SOLVERS = ("CLARABEL", "HIGHS")
@@ -34,6 +34,9 @@ class MaxMinFairnessPacked(RoundPolicy):
     def __init__(self) -> None:
         super().__init__()
         self.stats = LpStats()
+
+    def solver_stats(self) -> dict[str, float | int]:
+        return as_summary(self.stats)
 
     def allocate(self, inp: AllocationInput) -> FloatArray:  # pragma: no cover - packing only
         raise NotImplementedError("max-min-fairness-packed allocates through allocate_packed")
@@ -90,5 +93,5 @@ class MaxMinFairnessPacked(RoundPolicy):
         t = cp.Variable()
         problem = cp.Problem(cp.Maximize(t), [x >= 0, share @ x <= 1, cap @ x <= inp.capacity,
                                               gain @ x >= t])
-        value, _ = solve_first(problem, x, SOLVERS)
+        value, _ = solve_first(problem, x, SOLVERS, stats=self.stats)
         return None if value is None else np.clip(value.reshape(rows, n), 0.0, 1.0)

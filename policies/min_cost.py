@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from policies.mechanisms.allocation import AllocationInput
-from policies.mechanisms.lp import CompiledCache, FloatArray, bucket, solve_first
+from policies.mechanisms.lp import CompiledCache, FloatArray, as_summary, bucket, solve_first
 from policies.mechanisms.rounds import RoundPolicy
 
 if TYPE_CHECKING:
@@ -70,6 +70,9 @@ class MinCost(RoundPolicy):
         self.cache: CompiledCache[_CostLp] = CompiledCache(_build)
         self.slo_dropped = 0  # allocations where the SLOs could not all be met
 
+    def solver_stats(self) -> dict[str, float | int]:
+        return as_summary(self.cache.stats)
+
     def allocate(self, inp: AllocationInput) -> FloatArray:
         t0 = time.perf_counter()
         try:
@@ -94,11 +97,12 @@ class MinCost(RoundPolicy):
                 need[:m] = np.where(np.isfinite(left) & (left > 0),
                                     inp.remaining / np.where(left > 0, left, 1.0), 0.0)
         lp.need.value = need
-        x, _ = solve_first(lp.problem, lp.x, SOLVERS, rows=size)
+        stats = self.cache.stats
+        x, _ = solve_first(lp.problem, lp.x, SOLVERS, rows=size, stats=stats)
         if x is None and need.any():
             self.slo_dropped += 1
             lp.need.value = np.zeros(size)
-            x, _ = solve_first(lp.problem, lp.x, SOLVERS, rows=size)
+            x, _ = solve_first(lp.problem, lp.x, SOLVERS, rows=size, stats=stats)
         if x is None:
             self.cache.stats.fallbacks += 1
             return inp.even_split()

@@ -13,7 +13,7 @@ import numpy as np
 
 from policies.max_min_fairness import MaxMinLp
 from policies.mechanisms.allocation import AllocationInput
-from policies.mechanisms.lp import FloatArray
+from policies.mechanisms.lp import FloatArray, as_summary
 from policies.mechanisms.rounds import RoundPolicy
 
 
@@ -25,6 +25,9 @@ class MinMakespan(RoundPolicy):
     def __init__(self) -> None:
         super().__init__()
         self.lp = MaxMinLp()
+
+    def solver_stats(self) -> dict[str, float | int]:
+        return as_summary(self.lp.stats)
 
     def allocate(self, inp: AllocationInput) -> FloatArray:
         coeff = inp.throughputs / np.maximum(inp.remaining, 1e-9)[:, None]

@@ -73,7 +73,7 @@ from policies.base import (
     greedy_fill,
     status_for_waiting,
 )
-from policies.mechanisms.lp import USABLE, FloatArray, LpStats, bucket
+from policies.mechanisms.lp import USABLE, FloatArray, LpStats, as_summary, bucket
 from schemas.status import Status
 
 if TYPE_CHECKING:  # cvxpy is imported on first use: it costs about a second at start-up
@@ -296,6 +296,9 @@ class Themis(Policy):
         if book is None:
             return None
         return Ledger(book.iso, book.should, book.deficit, book.x, book.rho)
+
+    def solver_stats(self) -> dict[str, float | int]:
+        return as_summary(self.lp.stats)
 
     def waiting_status(self, job_id: str) -> Status:
         book = self._books.get(job_id)

@@ -22,6 +22,7 @@ from policies.base import Fitter, JobView, Plan, Policy, Snapshot, place_runnabl
 from policies.chronus.lease import LeaseProblem, Selection
 from policies.chronus.milp import LeaseSolver
 from policies.chronus.packing import Item, earliest_limit, packable, unpack
+from policies.mechanisms.lp import as_summary
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
 
@@ -244,6 +245,9 @@ class Chronus(Policy):
         plan.free_gpus = fit.free_gpus
         self._last = plan
         return plan
+
+    def solver_stats(self) -> dict[str, float | int]:
+        return as_summary(self.solver.stats)
 
     def waiting_status(self, job_id: str) -> Status:
         rec = self.jobs.get(job_id)

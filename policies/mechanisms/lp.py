@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
@@ -66,8 +66,8 @@ class LpStats:
     fallbacks: int = 0  # cycles where no solver produced a solution
     exact: int = 0  # cycles where the first solve failed and a closed form was used
     rescaled: int = 0  # cycles solved by the first solver only on the scaled data
-    secondary: int = 0  # cycles solved only by a later solver
-    inaccurate: int = 0  # cycles left with an "optimal_inaccurate" solution (still used)
+    secondary: int = 0  # solutions that only a later solver found
+    inaccurate: int = 0  # solutions kept though "optimal_inaccurate" (still used)
     total_s: float = 0.0  # wall time in `solve` (compile included)
     max_s: float = 0.0
 
@@ -80,6 +80,12 @@ class LpStats:
         self.solves += 1
         self.total_s += dt
         self.max_s = max(self.max_s, dt)
+
+
+def as_summary(stats: Any) -> dict[str, float | int]:
+    """A solver statistics dataclass (`LpStats`, Chronus' `MilpStats`) as a run's summary
+    reports it: its counts, and its seconds to the microsecond."""
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(stats).items()}
 
 
 P = TypeVar("P")
@@ -115,16 +121,26 @@ def compiles(rows: int) -> bool:
 
 
 def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str], *,
-                rows: int = 0) -> tuple[FloatArray | None, str]:
+                rows: int = 0, stats: LpStats | None = None) -> tuple[FloatArray | None, str]:
     """Solve with each solver in turn; the first optimal value (or the first inaccurate one),
     snapped to the share grid (`snap`). A first-order solver (`FIRST_ORDER`) is tried only
     where no inaccurate answer is in hand. A problem of more than `DPP_ROWS_MAX` rows is
-    solved without its compiled form."""
+    solved without its compiled form. `stats` counts an answer kept from a later solver
+    (`secondary`) or an inaccurate one (`inaccurate`)."""
+    x, status, by = _first_answer(problem, variable, solvers, not compiles(rows))
+    if stats is not None and x is not None:
+        stats.secondary += by > 0
+        stats.inaccurate += status != "optimal"
+    return x, status
+
+
+def _first_answer(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[str],
+                  plain: bool) -> tuple[FloatArray | None, str, int]:
+    """`solve_first`'s answer and the position of the solver that gave it."""
     from cvxpy.error import SolverError
 
-    plain = not compiles(rows)
-    backup: tuple[FloatArray | None, str] = (None, "failed")
-    for solver in solvers:
+    backup: tuple[FloatArray | None, str, int] = (None, "failed", -1)
+    for i, solver in enumerate(solvers):
         if solver in FIRST_ORDER and backup[0] is not None:
             continue
         try:
@@ -138,7 +154,7 @@ def solve_first(problem: cp.Problem, variable: cp.Variable, solvers: Sequence[st
         if status not in USABLE or value is None or not np.all(np.isfinite(value)):
             continue
         if status == "optimal":
-            return snap(np.asarray(value, dtype=np.float64)), status
+            return snap(np.asarray(value, dtype=np.float64)), status, i
         if backup[0] is None:
-            backup = (snap(np.asarray(value, dtype=np.float64)), status)
+            backup = (snap(np.asarray(value, dtype=np.float64)), status, i)
     return backup

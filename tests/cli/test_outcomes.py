@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loom.cli import main
-from loom.report import incomplete, outcome_line, results_table
+from loom.report import incomplete, outcome_line, results_table, solver_line
 
 TRACE = "tiresias/60_job"
 FITS = "tiresias/cluster_spec"  # every job of the trace fits
@@ -42,6 +42,27 @@ def _summary(**fields: object) -> dict[str, object]:
 def test_outcome_line(summary: dict[str, object], line: str, bad: bool) -> None:
     assert outcome_line(summary) == line
     assert incomplete(summary) is bad
+
+
+def _solved(**fields: object) -> dict[str, object]:
+    stats: dict[str, object] = {"solves": 41, "compiles": 7, "fallbacks": 0, "inaccurate": 0,
+                                "secondary": 0, "total_s": 0.8123}
+    return _summary(solver={**stats, **fields})
+
+
+@pytest.mark.parametrize(("summary", "line"), [
+    (_summary(), None),  # a policy that solves nothing says nothing
+    (_solved(), "solver: 41 solves in 0.81 s (7 compiled)"),
+    (_solved(compiles=0, inaccurate=2, fallbacks=1),
+     "solver: 41 solves in 0.81 s; 2 kept an inaccurate answer; 1 fell back from the solver"),
+    (_solved(secondary=3), "solver: 41 solves in 0.81 s (7 compiled); 3 answered by a later "
+                           "solver"),
+    # Chronus' MILP counts its own outcomes
+    (_summary(solver={"terms": 9, "solves": 4, "timeouts": 1, "failures": 2, "total_s": 61.5}),
+     "solver: 4 solves in 61.50 s; 1 stopped at the time limit; 2 failed"),
+])
+def test_solver_line(summary: dict[str, object], line: str | None) -> None:
+    assert solver_line(summary) == line
 
 
 @pytest.mark.parametrize(("summaries", "shown"), [
