@@ -11,7 +11,8 @@ imports: Loom's `run_simulation` on the memory bus, Gavel's `Scheduler.simulate`
 averages are printed with the job counts. `ΔJCT` compares the two averages as printed; `Δsame`
 compares them over the same jobs, those Gavel completed (Loom completes every job; Gavel's
 simulator marks a job failed after five failed micro-tasks). `LP s` is the part of Loom's time
-its policy spent in its solver (the run summary's `solver.total_s`).
+its policy spent in its solver (the run summary's `solver.total_s`), and `LP cap` the speed-up
+Loom would reach if nothing else cost time: Gavel's seconds over those.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def same_jobs_delta(loom: dict[str, float | None], gavel: dict[str, float | None
     return 100 * (sum(mine) / sum(theirs.values()) - 1)
 
 
+def _cap(gavel_s: float, solver_s: float) -> str:
+    """The speed-up Loom would reach if nothing but its solver cost time."""
+    return f"{gavel_s / solver_s:.1f}x" if solver_s > 0 else "-"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,7 +115,7 @@ def main() -> None:
 
     print(f"{'policy':<26} {'loom s':>7} {'LP s':>6} {'loom JCT':>10} {'makespan':>9} {'done':>5} "
           f"{'gavel s':>8} {'gavel JCT':>10} {'makespan':>9} {'done':>5} {'speed-up':>9} "
-          f"{'ΔJCT':>7} {'Δsame':>7}")
+          f"{'ΔJCT':>7} {'Δsame':>7} {'LP cap':>7}")
     for policy in args.policies.split(","):
         loom = run_loom(args, policy)
         cells = ""
@@ -119,7 +125,7 @@ def main() -> None:
             same = same_jobs_delta(loom.jct_by_line, g["jct_by_line"])
             cells = (f"{g['wall_s']:>8.2f} {g['avg_jct_s']:>10,.0f} {g['makespan_s']:>9,.0f} "
                      f"{int(g['completed']):>5} {g['wall_s'] / loom.wall_s:>8.1f}x "
-                     f"{delta:>+6.1f}% {same:>+6.1f}%")
+                     f"{delta:>+6.1f}% {same:>+6.1f}% {_cap(g['wall_s'], loom.solver_s):>7}")
         print(f"{policy:<26} {loom.wall_s:>7.2f} {loom.solver_s:>6.2f} {loom.avg_jct_s:>10,.0f} "
               f"{loom.makespan_s:>9,.0f} {loom.finished:>5} {cells}", flush=True)
 

@@ -68,7 +68,7 @@ class LpStats:
     rescaled: int = 0  # cycles solved by the first solver only on the scaled data
     secondary: int = 0  # solutions that only a later solver found
     inaccurate: int = 0  # solutions kept though "optimal_inaccurate" (still used)
-    total_s: float = 0.0  # wall time in `solve` (compile included)
+    total_s: float = 0.0  # wall time in `solve`: compiles and cvxpy's first import included
     max_s: float = 0.0
 
     @property
