@@ -190,8 +190,8 @@ def forecast_line(summary: Mapping[str, object]) -> str | None:
 
 def solver_line(summary: Mapping[str, object]) -> str | None:
     """What the policy's solver did over the run, in one line: "solver: 41 solves in 0.81 s
-    (7 compiled); 2 kept inaccurate answers; 1 fell back to the policy's default split";
-    None for a policy that solves nothing (`Policy.solver_stats`)."""
+    (7 compiled); 2 kept an inaccurate answer; 1 fell back from the solver"; None for a
+    policy that solves nothing (`Policy.solver_stats`)."""
     st = summary.get("solver")
     if not isinstance(st, Mapping):
         return None
