@@ -205,7 +205,8 @@ def solver_line(summary: Mapping[str, object]) -> str | None:
              (st.get("secondary"), "answered by a later solver"),
              (st.get("fallbacks"), "fell back from the solver"),
              (st.get("timeouts"), "stopped at the time limit"),
-             (st.get("failures"), "failed")]
+             (st.get("failures"), "failed"),
+             (st.get("unlaid"), "left to the greedy layout")]
     said = [f"{_count(n):,} {what}" for n, what in notes if _count(n)]
     return text + ("; " + "; ".join(said) if said else "")
 

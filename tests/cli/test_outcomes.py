@@ -58,8 +58,10 @@ def _solved(**fields: object) -> dict[str, object]:
     (_solved(secondary=3), "solver: 41 solves in 0.81 s (7 compiled); 3 answered by a later "
                            "solver"),
     # Chronus' MILP counts its own outcomes
-    (_summary(solver={"terms": 9, "solves": 4, "timeouts": 1, "failures": 2, "total_s": 61.5}),
-     "solver: 4 solves in 61.50 s; 1 stopped at the time limit; 2 failed"),
+    (_summary(solver={"terms": 9, "solves": 4, "timeouts": 1, "failures": 2, "unlaid": 1,
+                      "total_s": 61.5}),
+     "solver: 4 solves in 61.50 s; 1 stopped at the time limit; 2 failed; 1 left to the greedy "
+     "layout"),
 ])
 def test_solver_line(summary: dict[str, object], line: str | None) -> None:
     assert solver_line(summary) == line
