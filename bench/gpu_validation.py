@@ -252,20 +252,30 @@ JOB_PREFIX = "gv-"  # every job this script runs: trainers of other runs on the 
 
 
 def trainer_pids() -> dict[str, int]:
-    """job id → PID of each `python -m services.trainer` process of this script's jobs."""
-    found: dict[str, int] = {}
+    """job id → PID of the newest `python -m services.trainer` process of each of this
+    script's jobs. A run that is stopping (or a child it forked, which has its command line)
+    can still be there beside its job's next run; PIDs wrap, so the newest is the one that
+    started last, not the largest."""
+    found: dict[str, tuple[int, int]] = {}  # job → (start time in clock ticks, PID)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"services.trainer" in argv and b"--job-id" in argv:
+            if b"services.trainer" not in argv or b"--job-id" not in argv:
+                continue
             i = argv.index(b"--job-id")
-            if i + 1 < len(argv) and argv[i + 1].startswith(JOB_PREFIX.encode()):
-                found[argv[i + 1].decode()] = int(entry.name)
-    return found
+            if i + 1 >= len(argv) or not argv[i + 1].startswith(JOB_PREFIX.encode()):
+                continue
+            # Field 22 of stat, counted after the command name (which may hold spaces).
+            started = int((entry / "stat").read_text().rpartition(")")[2].split()[19])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        job = argv[i + 1].decode()
+        newest = (started, int(entry.name))
+        if job not in found or newest > found[job]:
+            found[job] = newest
+    return {job: pid for job, (_, pid) in found.items()}
 
 
 def process_env(pid: int, prefix: str = "CUDA_") -> dict[str, str]:
