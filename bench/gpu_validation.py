@@ -474,6 +474,7 @@ class Tap:
     def __init__(self) -> None:
         self.records: dict[str, list[tuple[float, dict[str, Any]]]] = {}
         self._original: Any = None
+        self.shell: Any = None  # the node agent's shell, once a trainer has written a line
 
     def install(self) -> None:
         from services.nodeagent.live import NodeAgentShell, split_key
@@ -481,6 +482,7 @@ class Tap:
         self._original = original
 
         async def on_line(shell: NodeAgentShell, key: str, line: str) -> None:
+            self.shell = shell
             job_id, rank = split_key(key)
             if rank == 0:
                 with contextlib.suppress(ValueError):
@@ -498,6 +500,18 @@ class Tap:
 
     def of(self, job_id: str) -> list[dict[str, Any]]:
         return [r for _, r in self.records.get(job_id, [])]
+
+    def grouped_pid(self, job_id: str) -> int | None:
+        """The PID of the job's rank 0 if the agent runs it now from a launch with partners
+        (not a run still stopping, whose relaunch with them waits for it to exit)."""
+        from services.nodeagent.live import process_key
+        if self.shell is None:
+            return None
+        job = self.shell.core.jobs.get(job_id)
+        if job is None or job.stopping or len(job.launch.colocated) < 2:
+            return None
+        pid: int | None = self.shell.supervisor.running.get(process_key(job_id, 0))
+        return pid
 
     async def wait(self, job_id: str, test: Callable[[dict[str, Any]], bool], timeout: float,
                    since: int = 0) -> tuple[float, dict[str, Any]]:
@@ -900,14 +914,26 @@ async def mps_step(cluster: Cluster, report: Report, iterations: int, cap_s: flo
         await cluster.submit(job_id, model, total, stages)
     res["iterations"] = {j: total for j, (_, _, total) in jobs.items()}
     # Both trainers training at once in runs launched as a group (a job that started alone
-    # is stopped and relaunched with its partner: wait for the new runs, not the old).
+    # is stopped and relaunched with its partner: wait for the new runs, not the old). Which
+    # run is which comes from the agent: a solo run can report its start after the grouped
+    # launch was seen, while it is being stopped, so the records' times cannot tell.
     deadline = time.monotonic() + cap_s / 2
+    current: dict[str, tuple[int, float]] = {}  # job → (grouped run's PID, first seen)
     while True:
         grouped = [(t, x) for t, c in cluster.commands[n_cmds:] for x in c.launches
                    if x.job_id in jobs and len(x.colocated) > 1]
         since = min((t for t, _ in grouped), default=math.inf)
-        pids = trainer_pids()
-        if grouped and all(j in pids and _trains_since(cluster.tap, j, since) for j in jobs):
+        now = time.monotonic()
+        for j in jobs:
+            pid = cluster.tap.grouped_pid(j)
+            if pid is None:
+                current.pop(j, None)
+            elif current.get(j, (None, 0.0))[0] != pid:
+                current[j] = (pid, now)
+        # Polled far more often than a trainer starts, so its start record comes after.
+        pids = {j: pid for j, (pid, _) in current.items()}
+        if len(current) == len(jobs) and all(
+                _trains_since(cluster.tap, j, max(since, current[j][1])) for j in jobs):
             break
         if time.monotonic() > deadline:
             raise TimeoutError(f"the pair did not train co-located (launches with partners: "
@@ -915,9 +941,10 @@ async def mps_step(cluster: Cluster, report: Report, iterations: int, cap_s: flo
                                f"{pids}, records: {[cluster.tap.of(j)[-1:] for j in jobs]})")
         await asyncio.sleep(0.2)
     # From the grouped launch to its trainers' start: the agent starts the MPS daemon first.
+    spawned = {j: max(since, seen) for j, (_, seen) in current.items()}  # the grouped runs
     res["grouped_launch_to_started_s"] = {
         j: round(next(t for t, r in cluster.tap.records[j]
-                      if t >= since and r["event"] == "started") - since, 2) for j in jobs}
+                      if t >= spawned[j] and r["event"] == "started") - since, 2) for j in jobs}
     res["trainer_env"] = {j: process_env(pid) for j, pid in pids.items() if j in jobs}
     res["mps_processes"] = {str(k): v for k, v in mps_processes().items()}
     await asyncio.sleep(1.0)  # a telemetry sample with both trainers on the GPU
@@ -937,7 +964,7 @@ async def mps_step(cluster: Cluster, report: Report, iterations: int, cap_s: flo
     # Iterations/s while both trained: the overlap of the progress of their grouped runs (a
     # job whose partner finished is relaunched alone: that run is not counted).
     grouped_runs = {j: next((r for r in runs_of(cluster.tap.records.get(j, []))
-                             if r.t_started >= since), None) for j in jobs}
+                             if r.t_started >= spawned[j]), None) for j in jobs}
     spans = [(r.progress[0]["ts"], r.progress[-1]["ts"])
              for r in grouped_runs.values() if r is not None and r.progress]
     lo, hi = (max(s[0] for s in spans), min(s[1] for s in spans)) if len(spans) == 2 else (0, 0)
