@@ -13,8 +13,9 @@ X round by round, as Gavel's `scheduler.py` does (algorithms.md §3a):
 * (job, type) entries are taken greedily, per type in the order v100, p100, k80 (shuffled each
   round, seeded, for heterogeneity-agnostic policies), sorted by (priority, deficit, X)
   descending, while GPUs of the type remain and the job is not already placed;
-* placement by decreasing GPU count; a job keeps its GPUs when they are still free, so its
-  lease is extended without a restart.
+* placement by decreasing GPU count, and within a count the jobs that ran on the type last
+  round first (Gavel's lease extension): a job keeps its GPUs when they are still free, so
+  its lease is extended without a restart, rather than losing them to a new job of its size.
 
 Time credit: every job that ran in the previous round is credited the time since that round
 began on the type it ran on (Gavel credits the round's length; a job that finished early has
@@ -173,7 +174,9 @@ class RoundPolicy(Policy):
         chosen = {**kept, **chosen}
         plan = Plan()
         size = ledger.size_of
-        for combo, t in sorted(chosen.items(), key=lambda kv: -size(kv[0])):
+        ran_on = st.ran_on
+        for combo, t in sorted(chosen.items(),
+                               key=lambda kv: (-size(kv[0]), ran_on.get(kv[0]) != kv[1])):
             slots = fit.try_place(combo[0], size(combo), t)
             if slots is None:
                 # The selection counted GPUs per type, so only an admission step in front of

@@ -82,6 +82,24 @@ def test_a_job_keeps_its_gpus_across_rounds() -> None:
     assert first == second
 
 
+def test_a_continuing_job_keeps_its_gpus_before_a_new_job_of_its_size_is_placed() -> None:
+    # a and b fill both GPUs; c arrives and, never having run, ranks first. a (first of the
+    # tied pair) runs on, b sits out. c would take the lowest held GPU, a's, were it placed
+    # first; Gavel places the jobs that ran on a type last round first, so a keeps GPU 0.
+    policy = Fixed([[2 / 3], [2 / 3], [2 / 3]])
+    policy.reset_interval_s = 0.0  # the allocation is recomputed as soon as c arrives
+    d = Driver(policy, one_type(2)).add(make_job("a").runs_for(10**6).build(),
+                                        make_job("b").runs_for(10**6).build())
+    first = dict(d.cycle().run)
+    assert set(first) == {"a", "b"}
+    d.advance(360.0)
+    d.add(make_job("c").submit(360.0).runs_for(10**6).build())
+    second = d.cycle().run
+    assert set(second) == {"a", "c"}
+    assert second["a"] == first["a"]
+    assert second["c"] == first["b"]
+
+
 def test_zero_throughput_type_is_never_used() -> None:
     cl = ClusterSpec.heterogeneous({"v100": 1, "k80": 1}, 1)
     job = make_job("a").runs_for(10**6).rates(v100=1.0, k80=0.0).build()
