@@ -101,6 +101,12 @@ def _comm(pid: int) -> str:
 JOB_PREFIX = "gv-"  # every job this script runs: trainers of other runs on the machine are not its
 
 
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat from field 3 (state) on: what follows the command name, which may hold
+    spaces. Raises OSError once the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
 def trainer_pids() -> dict[str, int]:
     """job id → PID of the newest `python -m services.trainer` process of each of this
     script's jobs. A run that is stopping (or a child it forked, which has its command line)
@@ -117,8 +123,7 @@ def trainer_pids() -> dict[str, int]:
             i = argv.index(b"--job-id")
             if i + 1 >= len(argv) or not argv[i + 1].startswith(JOB_PREFIX.encode()):
                 continue
-            # Field 22 of stat, counted after the command name (which may hold spaces).
-            started = int((entry / "stat").read_text().rpartition(")")[2].split()[19])
+            started = int(stat_fields(int(entry.name))[19])  # field 22: start time
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
         job = argv[i + 1].decode()
@@ -149,10 +154,9 @@ def mps_processes() -> dict[int, str]:
 def process_group(pid: int) -> dict[str, int] | str:
     """A process's group and session (/proc/PID/stat fields 5 and 6): who a group signal hits."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat_fields(pid)
     except OSError as exc:
         return str(exc)
-    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
     return {"pgid": int(fields[2]), "sid": int(fields[3])}
 
 
