@@ -275,3 +275,20 @@ def test_a_nodes_reported_nvlink_pairs_guide_where_a_gang_goes_on_it() -> None:
     _submit(core, make_job("a").gpus(2).build(), 0.0)
     (plan,) = _published(core.on_timer("cycle", 0.0), PlanDecided)
     assert plan.launches[0].placement == ((node, (0, 5)),)
+
+
+def test_a_job_given_other_gpus_of_its_node_keeps_its_own_and_does_not_restart() -> None:
+    core = _core(nodes=1, gpus=8)
+    _submit(core, make_job("a").gpus(2).runs_for(1000).build(), 0.0)
+    _submit(core, make_job("b").gpus(4).runs_for(900).build(), 0.0)
+    core.on_timer("cycle", 0.0)
+    b_gpus = core.jobs["b"].placement
+    # A shorter 4-GPU job needs b's node: the walk places it first, on some of b's GPUs, then
+    # b on others of the same node, and a (the longest) no longer fits.
+    _submit(core, make_job("c").gpus(4).runs_for(50).submit(10).build(), 10.0)
+    (plan,) = _published(core.on_timer("cycle", 10.0), PlanDecided)
+    assert [(s.job_id, s.reason) for s in plan.stops] == [("a", "preempted")]
+    (launch,) = plan.launches
+    assert launch.job_id == "c"
+    assert core.jobs["b"].placement == b_gpus and core.jobs["b"].preemptions == 0
+    assert not set(launch.placement[0][1]) & set(b_gpus[0][1])

@@ -1,0 +1,147 @@
+"""A running job that stays on its nodes keeps its GPU indices (domain/gpu_indices.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from domain.gpu_indices import keep_own_indices
+from schemas.events import GpuSlots
+
+
+def on(*parts: tuple[str, tuple[int, ...]]) -> GpuSlots:
+    return tuple(parts)
+
+
+def everywhere(node: str) -> bool:
+    return True
+
+
+@pytest.mark.parametrize(
+    ("changed", "was", "expected"),
+    [
+        pytest.param(  # the new job took A's GPUs, A was given others on the same node
+            {"x": on(("n0", (0, 1))), "a": on(("n0", (2, 3)))},
+            {"a": on(("n0", (0, 1)))},
+            {"a": on(("n0", (0, 1))), "x": on(("n0", (2, 3)))},
+            id="swapped-back"),
+        pytest.param(  # two running jobs that traded places both stay
+            {"a": on(("n0", (2, 3))), "b": on(("n0", (0, 1)))},
+            {"a": on(("n0", (0, 1))), "b": on(("n0", (2, 3)))},
+            {"a": on(("n0", (0, 1))), "b": on(("n0", (2, 3)))},
+            id="traded"),
+        pytest.param(  # the others keep what they had of what is left, then take the lowest
+            {"x": on(("n0", (0, 1, 4))), "a": on(("n0", (2, 3)))},
+            {"a": on(("n0", (0, 1)))},
+            {"a": on(("n0", (0, 1))), "x": on(("n0", (2, 3, 4)))},
+            id="others-keep-their-own-first"),
+        pytest.param(  # across nodes, on each node
+            {"x": on(("n0", (0, 1, 2, 3)), ("n1", (0,))),
+             "a": on(("n0", (4, 5, 6, 7)), ("n1", (1, 2, 3, 4, 5, 6, 7)))},
+            {"a": on(("n0", (0, 1, 2, 3)), ("n1", (0, 1, 2, 3, 4, 5, 6)))},
+            {"a": on(("n0", (0, 1, 2, 3)), ("n1", (0, 1, 2, 3, 4, 5, 6))),
+             "x": on(("n0", (4, 5, 6, 7)), ("n1", (7,)))},
+            id="multi-node"),
+        pytest.param(  # moved to another node: a real move
+            {"x": on(("n0", (0, 1))), "a": on(("n1", (0, 1)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="other-node"),
+        pytest.param(  # grew: restarts anyway
+            {"a": on(("n0", (2, 3, 4)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="other-count"),
+        pytest.param(  # one of its old GPUs is not in use this cycle: the node's GPUs stay
+            {"x": on(("n0", (0,))), "a": on(("n0", (2, 3)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="old-gpu-idle"),
+        pytest.param(  # GPUs shared this cycle: left as placed
+            {"x": on(("n0", (0, 1))), "a": on(("n0", (0, 1)))},
+            {"a": on(("n0", (2, 3)))},
+            {},
+            id="shared"),
+        pytest.param(  # unchanged jobs stay unchanged
+            {"a": on(("n0", (0, 1)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="unchanged"),
+    ],
+)
+def test_a_job_that_stays_on_its_nodes_gets_its_gpus_back(
+        changed: Mapping[str, GpuSlots], was: Mapping[str, GpuSlots],
+        expected: Mapping[str, GpuSlots]) -> None:
+    assert keep_own_indices(changed.items(), was, everywhere) == expected
+
+
+def test_a_node_whose_gpus_differ_keeps_the_walks_choice_for_every_job_on_it() -> None:
+    changed = {"x": on(("n0", (0, 1)), ("n1", (0, 1))), "a": on(("n0", (2, 3)), ("n1", (2, 3)))}
+    was = {"a": on(("n0", (0, 1)), ("n1", (0, 1)))}
+    assert keep_own_indices(changed.items(), was, lambda node: node != "n1") == {}
+
+
+NODES = ("n0", "n1")
+
+
+@st.composite
+def cycles(draw: st.DrawFn) -> tuple[dict[str, GpuSlots], dict[str, GpuSlots]]:
+    """Running jobs on disjoint GPUs of two 8-GPU nodes, then a cycle that places some of
+    them (and new jobs) on disjoint GPUs again."""
+    def deal(jobs: list[str]) -> dict[str, GpuSlots]:
+        out: dict[str, GpuSlots] = {}
+        for node in NODES:
+            order = draw(st.permutations(range(8)))
+            cut = 0
+            for job in jobs:
+                take = draw(st.integers(0, 8 - cut))
+                if take:
+                    out[job] = (*out.get(job, ()), (node, tuple(sorted(order[cut:cut + take]))))
+                    cut += take
+        return out
+    names = [f"j{i}" for i in range(draw(st.integers(1, 6)))]
+    was = deal(names)
+    again = draw(st.lists(st.sampled_from(names), unique=True))
+    changed = deal(again + [f"new{i}" for i in range(draw(st.integers(0, 3)))])
+    # Most real moves keep the shape: often re-use the old counts per node.
+    return changed, was
+
+
+@given(cycles())
+def test_dealing_again_keeps_each_nodes_gpus_and_each_jobs_counts(
+        cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]]) -> None:
+    changed, was = cycle
+    dealt = {**changed, **keep_own_indices(changed.items(), was, everywhere)}
+    assert dealt.keys() == changed.keys()
+
+    def per_node(plan: Mapping[str, GpuSlots]) -> dict[str, list[int]]:
+        used: dict[str, list[int]] = {}
+        for slots in plan.values():
+            for node, gpus in slots:
+                used.setdefault(node, []).extend(gpus)
+        return {node: sorted(gpus) for node, gpus in used.items()}
+
+    assert per_node(dealt) == per_node(changed)  # same GPUs in use, none twice
+    for job, slots in changed.items():
+        assert [(n, len(g)) for n, g in dealt[job]] == [(n, len(g)) for n, g in slots]
+    stayed = [j for j in changed if j in was and changed[j] == was[j]]
+    assert all(dealt[j] == was[j] for j in stayed)
+    assert sum(dealt[j] == was.get(j) for j in changed) >= len(stayed)
+
+
+@given(cycles(), st.data())
+def test_a_cycle_that_only_renumbers_gpus_changes_no_running_job(
+        cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]], data: st.DataObject) -> None:
+    _, was = cycle
+    renumber: dict[str, dict[int, int]] = {}
+    for node in NODES:  # the GPUs in use on each node dealt out again among its jobs
+        used = sorted(g for slots in was.values() for n, gpus in slots if n == node
+                      for g in gpus)
+        renumber[node] = dict(zip(used, data.draw(st.permutations(used)), strict=True))
+    changed = {j: tuple((n, tuple(sorted(renumber[n][g] for g in gpus))) for n, gpus in slots)
+               for j, slots in was.items()}
+    dealt = {**changed, **keep_own_indices(changed.items(), was, everywhere)}
+    assert dealt == was
