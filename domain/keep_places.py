@@ -1,53 +1,126 @@
-"""A running job that a cycle leaves on the same nodes with as many GPUs on each keeps its own
-GPU indices, so it does not restart for a renumbering.
+"""Running jobs stay where they run when a cycle's placement can be dealt out otherwise to the
+same effect, so they do not restart for nothing.
 
 A walk that re-places running jobs may hand a job's GPUs to a gang placed before it and give
-the job others on the same node: the same resources, but new `CUDA_VISIBLE_DEVICES`, so a
-stop and a relaunch. Where a node's GPUs are interchangeable (no NVLink islands learned, none
-out of service, no alignment as buddy blocks have), the GPUs the cycle uses on that node can
-be dealt out again among the jobs it placed there: each such job gets its old indices back,
-and the others take what is left, their own first. Each node keeps the same GPUs in use and
-each job the same count on each of its nodes, so nothing the walk decided changes but which
-index is whose.
+the job other GPUs: the same resources elsewhere, but a stop and a relaunch. Two ways back,
+each leaving every node with the same GPUs in use and every job with as many GPUs:
+
+- trading nodes (`trade_nodes`): a running job moved off its node, where the cycle put another
+  single-node gang of its size, trades places with that gang (nodes of one GPU type);
+- dealing indices (`deal_indices`): the GPUs a cycle uses on a node are dealt out again among
+  the jobs it placed there, each running job left on the same nodes with as many GPUs on each
+  getting its own back, the others taking what is left, their own first.
+
+Only where GPUs are interchangeable: no NVLink islands learned, none out of service; not
+`buddy` (aligned blocks) nor `yarn` (re-packs every job each cycle, as the research simulators
+it reproduces do); nodes are not traded for a policy that chose them itself (Pollux, Gandiva's
+node sets).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
+from typing import Protocol
 
 from domain.topology import Topology
 from schemas.events import GpuSlots
 
-# Schemes whose GPU indices are not interchangeable within a node: buddy blocks are aligned;
-# yarn re-packs every job each cycle, as the research simulators it reproduces do.
 FIXED_SCHEMES = frozenset({"buddy", "yarn"})
 
 
+class Running(Protocol):
+    """A running job as the scheduler keeps it: its GPUs, and the jobs it shares them with."""
+
+    @property
+    def placement(self) -> GpuSlots: ...
+
+    @property
+    def group(self) -> tuple[str, ...]: ...
+
+
 def keep_in_plan(run: dict[str, GpuSlots], kept: int, groups: Mapping[str, tuple[str, ...]],
-                 running: Callable[[str], tuple[GpuSlots, tuple[str, ...]] | None],
-                 topology: Topology, scheme: str) -> None:
-    """`keep_own_indices` on a plan's `run` (in place; its first `kept` jobs stay where they
-    are): `running(job)` is a running job's GPUs and group, None for a job not running. Jobs
+                 running: Mapping[str, Running], topology: Topology, scheme: str, *,
+                 nodes_chosen: bool = False) -> None:
+    """Both, on a plan's `run` (in place; its first `kept` jobs stay where they are), `running`
+    the jobs running now; `nodes_chosen`: the policy chose each job's nodes (no trading). Jobs
     that share GPUs (in a group now or before) are left as placed."""
     if scheme in FIXED_SCHEMES or len(run) <= kept:
         return
-    changed = [(j, slots) for j, slots in islice(run.items(), kept, None) if not groups.get(j)]
-    was: dict[str, GpuSlots] = {}
-    for job_id, _ in changed:
-        now = running(job_id)
-        if now is not None and not now[1]:
-            was[job_id] = now[0]
-    if not was:
+    changed: list[tuple[str, GpuSlots]] = []
+    was: dict[str, GpuSlots] = {}  # the running ones among them: where they run now
+    moved = False
+    for job_id, slots in islice(run.items(), kept, None):
+        if groups.get(job_id):
+            continue
+        changed.append((job_id, slots))
+        rec = running.get(job_id)
+        if rec is not None and not rec.group:
+            was[job_id] = rec.placement
+            moved = moved or rec.placement != slots
+    if not moved:
         return
     nvlink, out = topology.nvlink, topology.out
-    run.update(keep_own_indices(changed, was,
-                                lambda node: not nvlink.get(node) and node not in out))
+
+    def swappable(node: str) -> bool:
+        return not nvlink.get(node) and node not in out
+
+    if not nodes_chosen:
+        traded = trade_nodes(changed, was, swappable, topology.type_of)
+        if traded:
+            run.update(traded)
+            changed = [(j, traded.get(j, slots)) for j, slots in changed]
+    run.update(deal_indices(changed, was, swappable))
 
 
-def keep_own_indices(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSlots],
-                     swappable: Callable[[str], bool]) -> dict[str, GpuSlots]:
-    """The jobs of `changed` (job, its new GPUs: every job the cycle starts or moves, none
+def trade_nodes(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSlots],
+                swappable: Callable[[str], bool], type_of: Mapping[str, str]
+                ) -> dict[str, GpuSlots]:
+    """The jobs of `changed` (as `deal_indices`) that trade places, with their new GPUs: a
+    running job (of `was`) on one node before and now on another, each with k GPUs, takes the
+    place of the first other single-node k-GPU gang on its old node (of the same GPU type,
+    both nodes interchangeable) that is not a running job already back on its own node,
+    where the GPUs it had there are all in use (`deal_indices` then gives them back)."""
+    placed = dict(changed)
+    on_node: dict[str, list[str]] = {}  # single-node gangs by node, in plan order
+    in_use: dict[str, set[int]] = {}  # GPUs the cycle uses per node (trades keep them so)
+    for job_id, slots in placed.items():
+        if len(slots) == 1:
+            on_node.setdefault(slots[0][0], []).append(job_id)
+        for node_id, gpus in slots:
+            in_use.setdefault(node_id, set()).update(gpus)
+    traded: dict[str, GpuSlots] = {}
+
+    def home(job_id: str) -> bool:
+        old = was.get(job_id)
+        return old is not None and len(old) == 1 and placed[job_id][0][0] == old[0][0]
+
+    for job_id, old in was.items():
+        slots = placed[job_id]
+        if len(old) != 1 or len(slots) != 1 or home(job_id):
+            continue
+        (before, gpus), (now, mine) = old[0], slots[0]
+        # Back on its node only to restart there is no gain: its own GPUs must be in use.
+        if (len(gpus) != len(mine) or type_of.get(before) != type_of.get(now)
+                or not (swappable(before) and swappable(now))
+                or not in_use.get(before, set()).issuperset(gpus)):
+            continue
+        other = next((j for j in on_node.get(before, ())
+                      if len(placed[j][0][1]) == len(mine) and not home(j)), None)
+        if other is None:
+            continue
+        placed[job_id], placed[other] = placed[other], slots
+        traded[job_id], traded[other] = placed[job_id], slots
+        on_node[before].remove(other)
+        on_node[before].append(job_id)
+        on_node[now].remove(job_id)
+        on_node[now].append(other)
+    return traded
+
+
+def deal_indices(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSlots],
+                 swappable: Callable[[str], bool]) -> dict[str, GpuSlots]:
+    """The jobs of `changed` (job, its new GPUs: every job the cycle starts or re-places, none
     sharing a GPU) whose GPUs are dealt out again, with their new GPUs. `was`: where the
     running ones among them run now; `swappable(node)`: whether that node's GPUs are
     interchangeable. A job in `was` whose nodes and counts are unchanged gets exactly its old

@@ -230,6 +230,9 @@ class Policy(abc.ABC):
     adapts_batch_size: ClassVar[bool] = False
     # Whether `plan_in_place` may answer (the scheduler asks it only then).
     tries_in_place: ClassVar[bool] = False
+    # Whether the policy chooses each job's nodes itself (`try_place(within=)`): the scheduler
+    # then never trades two gangs' nodes to spare a running job a move (`domain.keep_places`).
+    chooses_nodes: ClassVar[bool] = False
     # The empirical job-size sample a policy ranks by, by name (Tiresias' "yarn-gput1000");
     # whoever makes the policy loads it (`traces.distributions`) and passes it to `configure`.
     size_distribution: ClassVar[str | None] = None

@@ -76,6 +76,7 @@ class GandivaTimeslice(Policy):
     description = "Gandiva's node sets per job size with time-slicing (ElasticFlow's baseline)"
     placement = "count"
     replan = "slot"
+    chooses_nodes = True  # each job size has its node set
 
     def __init__(self) -> None:
         self._quantum = 60.0

@@ -61,6 +61,7 @@ class Pollux(Policy):
     name = "pollux"
     description = "Pollux: GPUs and batch sizes for the p=-1 power mean of goodput speedups"
     placement = "consolidated"
+    chooses_nodes = True  # the optimiser's allocation matrix names each job's nodes
     # Periodic: a slotted policy that always asks to be woken a slot later re-plans every
     # slot (60 s by default, `--round-s` sets it), and jobs that arrive wait for the next one.
     replan: ClassVar[Replan] = "slot"

@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from domain import causes
-from domain.gpu_indices import keep_in_plan
+from domain.keep_places import keep_in_plan
 from domain.placement import CyclePlacement, Scheme
 from domain.topology import Topology
 from policies.base import JobView, Plan, Policy, RunningJobs, Snapshot
@@ -387,8 +387,9 @@ class SchedulerCore(CoreDefaults):
             transitions.append(self.transition(rec, JobState.PREEMPTED, cause, now))
             self.views.set(jid, rec.view())
         groups = plan.groups
-        keep_in_plan(plan.run, plan.kept, groups, self._placed_as, self.topology,
-                     self.config.placement or self.policy.placement)
+        keep_in_plan(plan.run, plan.kept, groups, running, self.topology,
+                     self.config.placement or self.policy.placement,
+                     nodes_chosen=self.policy.chooses_nodes)
         for jid, slots in islice(plan.run.items(), plan.kept, None):
             rec = running.get(jid) or self.jobs[jid]
             group = groups.get(jid, ()) if groups else ()
@@ -428,10 +429,6 @@ class SchedulerCore(CoreDefaults):
             self.cycle_at, self._trigger = now, "wakeup"
             effects.append(SetTimer("cycle", now, PRIORITY_CYCLE))
         return effects
-
-    def _placed_as(self, job_id: str) -> tuple[GpuSlots, tuple[str, ...]] | None:
-        rec = self.jobs.running.get(job_id)
-        return None if rec is None else (rec.placement, rec.group)
 
     def estimate_launch(self, rec: JobRecord, slots: GpuSlots, group: tuple[str, ...],
                         now: float) -> None:

@@ -27,7 +27,7 @@ from itertools import islice
 from types import MappingProxyType
 
 from domain import causes
-from domain.gpu_indices import keep_in_plan
+from domain.keep_places import keep_in_plan
 from domain.overhead import OverheadModel, parse_overhead
 from domain.placement import CyclePlacement, Scheme
 from domain.topology import Topology
@@ -294,8 +294,9 @@ class _Forward:
                 rec.state = JobState.PREEMPTED
                 self.moves.add(jid)
                 self.views[jid] = rec.view()
-        keep_in_plan(plan.run, plan.kept, plan.groups, self._placed_as, self.inp.topology,
-                     self.inp.scheme or self.policy.placement)
+        keep_in_plan(plan.run, plan.kept, plan.groups, self.running, self.inp.topology,
+                     self.inp.scheme or self.policy.placement,
+                     nodes_chosen=self.policy.chooses_nodes)
         for jid, slots in islice(plan.run.items(), plan.kept, None):
             rec = self.jobs[jid]
             group = plan.groups.get(jid, ())
@@ -317,10 +318,6 @@ class _Forward:
             self.wakeup_at = None if wake is None else max(self._aligned(wake), t)
         elif self.replan_now and self.cycle_at is None:
             self.cycle_at = t
-
-    def _placed_as(self, job_id: str) -> tuple[GpuSlots, tuple[str, ...]] | None:
-        rec = self.running.get(job_id)
-        return None if rec is None else (rec.placement, rec.group)
 
     def _launch(self, rec: JobRecord, slots: GpuSlots, group: tuple[str, ...],
                 t: float) -> None:

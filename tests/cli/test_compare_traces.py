@@ -16,7 +16,7 @@ from tests.traces.production_builders import write_helios
 
 POLICIES = ("fifo", "srtf")
 # srtf on Muri's trace3 on n8g8, as `loom sim` decides it: the matrix runs the same services.
-TRACE3_SRTF_DIGEST = "86452a4d215873b86aeb87c55660032b2f3c3b5b26e932dcc1260d621aa21203"
+TRACE3_SRTF_DIGEST = "d8ac6f5a8c89dc46ec351bd85f6aff58db6ae7ccc98f8e1b41a78a17ee855fdc"
 
 
 def helios_log(directory: Path, jobs: int = 24) -> Path:

@@ -1,4 +1,4 @@
-"""A running job that stays on its nodes keeps its GPU indices (domain/gpu_indices.py)."""
+"""A running job that stays on its nodes keeps its GPU indices (domain.keep_places.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.gpu_indices import keep_own_indices
+from domain.keep_places import deal_indices, keep_in_plan, trade_nodes
+from domain.topology import Topology
 from schemas.events import GpuSlots
+from tests.builders import cluster
 
 
 def on(*parts: tuple[str, tuple[int, ...]]) -> GpuSlots:
@@ -75,13 +77,102 @@ def everywhere(node: str) -> bool:
 def test_a_job_that_stays_on_its_nodes_gets_its_gpus_back(
         changed: Mapping[str, GpuSlots], was: Mapping[str, GpuSlots],
         expected: Mapping[str, GpuSlots]) -> None:
-    assert keep_own_indices(changed.items(), was, everywhere) == expected
+    assert deal_indices(changed.items(), was, everywhere) == expected
 
 
 def test_a_node_whose_gpus_differ_keeps_the_walks_choice_for_every_job_on_it() -> None:
     changed = {"x": on(("n0", (0, 1)), ("n1", (0, 1))), "a": on(("n0", (2, 3)), ("n1", (2, 3)))}
     was = {"a": on(("n0", (0, 1)), ("n1", (0, 1)))}
-    assert keep_own_indices(changed.items(), was, lambda node: node != "n1") == {}
+    assert deal_indices(changed.items(), was, lambda node: node != "n1") == {}
+
+
+TYPES = {"n0": "V100", "n1": "V100", "n2": "K80"}
+
+
+@pytest.mark.parametrize(
+    ("changed", "was", "expected"),
+    [
+        pytest.param(  # a new gang of its size took its node: they trade
+            {"x": on(("n0", (0, 1))), "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (0, 1)))},
+            {"a": on(("n0", (0, 1))), "x": on(("n1", (4, 5)))},
+            id="traded"),
+        pytest.param(  # the first gang of its size on its old node, in plan order
+            {"x": on(("n0", (2, 3))), "y": on(("n0", (0, 1))), "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (0, 1)))},
+            {"a": on(("n0", (2, 3))), "x": on(("n1", (4, 5)))},
+            id="first-of-its-size"),
+        pytest.param(  # two running jobs that crossed over both go home
+            {"a": on(("n1", (0, 1))), "b": on(("n0", (0, 1)))},
+            {"a": on(("n0", (0, 1))), "b": on(("n1", (0, 1)))},
+            {"a": on(("n0", (0, 1))), "b": on(("n1", (0, 1)))},
+            id="crossed"),
+        pytest.param(  # only gangs of its size
+            {"x": on(("n0", (0, 1, 2, 3))), "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="other-size"),
+        pytest.param(  # a running job back on its own node stays there
+            {"b": on(("n0", (0, 1))), "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (0, 1))), "b": on(("n0", (2, 3)))},
+            {},
+            id="home-stays"),
+        pytest.param(  # never onto another GPU type
+            {"x": on(("n0", (0, 1))), "a": on(("n2", (4, 5)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="other-type"),
+        pytest.param(  # its own GPUs there are not all in use: it would restart anyway
+            {"x": on(("n0", (2, 3))), "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="own-gpus-idle"),
+    ],
+)
+def test_a_job_moved_off_its_node_trades_with_a_gang_of_its_size_there(
+        changed: Mapping[str, GpuSlots], was: Mapping[str, GpuSlots],
+        expected: Mapping[str, GpuSlots]) -> None:
+    assert trade_nodes(changed.items(), was, everywhere, TYPES) == expected
+
+
+def test_no_trade_onto_a_node_whose_gpus_differ() -> None:
+    changed = {"x": on(("n0", (0, 1))), "a": on(("n1", (4, 5)))}
+    assert trade_nodes(changed.items(), {"a": on(("n0", (0, 1)))},
+                       lambda node: node != "n1", TYPES) == {}
+
+
+class Rec:
+    def __init__(self, placement: GpuSlots, group: tuple[str, ...] = ()) -> None:
+        self.placement, self.group = placement, group
+
+
+def test_a_plan_keeps_running_jobs_where_they_run_unless_it_is_not_the_schemes_to() -> None:
+    topo = Topology(cluster(2, 8))
+    running = {"k": Rec(on(("n1", (0,)))), "a": Rec(on(("n0", (0, 1))))}
+    walked = {"k": on(("n1", (0,))), "x": on(("n0", (0, 1))), "a": on(("n1", (3, 4)))}
+    for scheme, chosen, a in [("consolidated", False, on(("n0", (0, 1)))),
+                              ("count", False, on(("n0", (0, 1)))),
+                              ("consolidated", True, walked["a"]),  # nodes are the policy's
+                              ("buddy", False, walked["a"]), ("yarn", False, walked["a"])]:
+        run = dict(walked)
+        keep_in_plan(run, 1, {}, running, topo, scheme, nodes_chosen=chosen)
+        assert run["k"] == walked["k"] and run["a"] == a, scheme
+        if a != walked["a"]:  # x went where a was put, on the GPUs a left there
+            assert run["x"] == on(("n1", (3, 4)))
+    grouped = dict(walked)
+    keep_in_plan(grouped, 1, {"a": ("a", "x"), "x": ("a", "x")}, running, topo, "count")
+    assert grouped == walked  # jobs that share GPUs are left as placed
+
+
+def test_gpus_with_nvlink_pairs_or_out_of_service_are_not_dealt_again() -> None:
+    running = {"a": Rec(on(("n0", (0, 1))))}
+    walked = {"x": on(("n0", (0, 1))), "a": on(("n0", (2, 3)))}
+    for make in (lambda t: t.learn_links("n0", [(0, 1)]), lambda t: t.take_out("n0", [7])):
+        topo = Topology(cluster(2, 8))
+        make(topo)
+        run = dict(walked)
+        keep_in_plan(run, 0, {}, running, topo, "consolidated")
+        assert run == walked
 
 
 NODES = ("n0", "n1")
@@ -114,7 +205,7 @@ def cycles(draw: st.DrawFn) -> tuple[dict[str, GpuSlots], dict[str, GpuSlots]]:
 def test_dealing_again_keeps_each_nodes_gpus_and_each_jobs_counts(
         cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]]) -> None:
     changed, was = cycle
-    dealt = {**changed, **keep_own_indices(changed.items(), was, everywhere)}
+    dealt = {**changed, **deal_indices(changed.items(), was, everywhere)}
     assert dealt.keys() == changed.keys()
 
     def per_node(plan: Mapping[str, GpuSlots]) -> dict[str, list[int]]:
@@ -143,5 +234,27 @@ def test_a_cycle_that_only_renumbers_gpus_changes_no_running_job(
         renumber[node] = dict(zip(used, data.draw(st.permutations(used)), strict=True))
     changed = {j: tuple((n, tuple(sorted(renumber[n][g] for g in gpus))) for n, gpus in slots)
                for j, slots in was.items()}
-    dealt = {**changed, **keep_own_indices(changed.items(), was, everywhere)}
+    dealt = {**changed, **deal_indices(changed.items(), was, everywhere)}
     assert dealt == was
+
+
+@given(cycles())
+def test_trading_keeps_each_nodes_gpus_and_sends_no_running_job_away_from_home(
+        cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]]) -> None:
+    changed, was = cycle
+    was = {j: slots for j, slots in was.items() if j in changed}
+    traded = {**changed, **trade_nodes(changed.items(), was, everywhere, TYPES)}
+
+    def used(plan: Mapping[str, GpuSlots]) -> list[tuple[str, int]]:
+        return sorted((n, g) for slots in plan.values() for n, gpus in slots for g in gpus)
+
+    def home(plan: Mapping[str, GpuSlots]) -> set[str]:
+        return {j for j, old in was.items()
+                if len(old) == 1 and len(plan[j]) == 1 and plan[j][0][0] == old[0][0]}
+
+    assert used(traded) == used(changed)
+    def sizes(plan: Mapping[str, GpuSlots]) -> dict[str, int]:
+        return {j: sum(len(g) for _, g in slots) for j, slots in plan.items()}
+
+    assert sizes(traded) == sizes(changed)
+    assert home(changed) <= home(traded)
