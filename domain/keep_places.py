@@ -47,9 +47,15 @@ def keep_in_plan(run: dict[str, GpuSlots], kept: int, groups: Mapping[str, tuple
     that share GPUs (in a group now or before) are left as placed."""
     if scheme in FIXED_SCHEMES or len(run) <= kept:
         return
+    for job_id, slots in islice(run.items(), kept, None):  # most cycles move no running job
+        rec = running.get(job_id)
+        if (rec is not None and rec.placement is not slots and rec.placement != slots
+                and not rec.group and not groups.get(job_id)):
+            break
+    else:
+        return
     changed: list[tuple[str, GpuSlots]] = []
     was: dict[str, GpuSlots] = {}  # the running ones among them: where they run now
-    moved = False
     for job_id, slots in islice(run.items(), kept, None):
         if groups.get(job_id):
             continue
@@ -57,9 +63,6 @@ def keep_in_plan(run: dict[str, GpuSlots], kept: int, groups: Mapping[str, tuple
         rec = running.get(job_id)
         if rec is not None and not rec.group:
             was[job_id] = rec.placement
-            moved = moved or rec.placement != slots
-    if not moved:
-        return
     nvlink, out = topology.nvlink, topology.out
 
     def swappable(node: str) -> bool:
