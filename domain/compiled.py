@@ -46,7 +46,7 @@ BUILD_ROOT = ROOT / "build" / "mypyc"
 
 # What a simulated event runs through; compiled as one group (calls between them are C calls).
 MODULES: tuple[str, ...] = (
-    "domain.free_gpus", "domain.gang_shapes", "domain.keep_places", "domain.interleave",
+    "domain.free_gpus", "domain.gang_shapes", "domain.interleave", "domain.keep_places",
     "domain.overhead",
     "domain.placement", "domain.progress", "domain.topology",
     "services.runtime.bus", "services.runtime.clock", "services.runtime.effects",
