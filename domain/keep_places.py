@@ -5,8 +5,9 @@ A walk that re-places running jobs may hand a job's GPUs to a gang placed before
 the job other GPUs: the same resources elsewhere, but a stop and a relaunch. Two ways back,
 each leaving every node with the same GPUs in use and every job with as many GPUs:
 
-- trading nodes (`trade_nodes`): a running job moved off its node, where the cycle put another
-  single-node gang of its size, trades places with that gang (nodes of one GPU type);
+- trading nodes (`trade_nodes`): a running job moved off its node goes back where the two
+  nodes can swap sets of single-node gangs with as many GPUs (one gang of its size, or two
+  half its size, or it and others for one wider gang; nodes of one GPU type);
 - dealing indices (`deal_indices`): the GPUs a cycle uses on a node are dealt out again among
   the jobs it placed there, each running job left on the same nodes with as many GPUs on each
   getting its own back, the others taking what is left, their own first.
@@ -27,6 +28,7 @@ from domain.topology import Topology
 from schemas.events import GpuSlots
 
 FIXED_SCHEMES = frozenset({"buddy", "yarn"})
+Gang = tuple[str, int, int]  # a single-node gang to trade: job, its GPUs, 1 if it goes home
 
 
 class Running(Protocol):
@@ -79,11 +81,15 @@ def keep_in_plan(run: dict[str, GpuSlots], kept: int, groups: Mapping[str, tuple
 def trade_nodes(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSlots],
                 swappable: Callable[[str], bool], type_of: Mapping[str, str]
                 ) -> dict[str, GpuSlots]:
-    """The jobs of `changed` (as `deal_indices`) that trade places, with their new GPUs: a
-    running job (of `was`) on one node before and now on another, each with k GPUs, takes the
-    place of the first other single-node k-GPU gang on its old node (of the same GPU type,
-    both nodes interchangeable) that is not a running job already back on its own node,
-    where the GPUs it had there are all in use (`deal_indices` then gives them back)."""
+    """The jobs of `changed` (as `deal_indices`) that trade nodes, with their new GPUs.
+
+    A running job (of `was`) moved off its one node A onto one node B goes back to A where
+    the two nodes can swap sets of single-node gangs the cycle put on them, as many GPUs on
+    each side: the job and others on B for some on A (one 4-GPU gang for two 2-GPU jobs, or
+    the reverse). Of the swaps, the one that brings the most running jobs home, then moves
+    the fewest gangs. Nodes of one GPU type, both interchangeable; a running job back on its
+    own node never moves, and a job goes home only where the GPUs it had there are all in
+    use (`deal_indices` then gives them back), so every node keeps the GPUs it uses."""
     placed = dict(changed)
     on_node: dict[str, list[str]] = {}  # single-node gangs by node, in plan order
     in_use: dict[str, set[int]] = {}  # GPUs the cycle uses per node (trades keep them so)
@@ -92,33 +98,78 @@ def trade_nodes(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSl
             on_node.setdefault(slots[0][0], []).append(job_id)
         for node_id, gpus in slots:
             in_use.setdefault(node_id, set()).update(gpus)
-    traded: dict[str, GpuSlots] = {}
-
-    def home(job_id: str) -> bool:
-        old = was.get(job_id)
-        return old is not None and len(old) == 1 and placed[job_id][0][0] == old[0][0]
-
+    before: dict[str, str] = {}  # running jobs' one node before this cycle
+    homes: dict[str, str] = {}  # ... where going back spares them a restart
     for job_id, old in was.items():
+        if len(old) != 1 or job_id not in placed:
+            continue
+        node_id, gpus = old[0]
+        before[job_id] = node_id
         slots = placed[job_id]
-        if len(old) != 1 or len(slots) != 1 or home(job_id):
+        if (len(slots) == 1 and len(slots[0][1]) == len(gpus) and swappable(node_id)
+                and in_use.get(node_id, set()).issuperset(gpus)):
+            homes[job_id] = node_id
+    traded: dict[str, GpuSlots] = {}
+    for job_id, home in homes.items():
+        now = placed[job_id][0][0]
+        if now == home or type_of.get(home) != type_of.get(now) or not swappable(now):
             continue
-        (before, gpus), (now, mine) = old[0], slots[0]
-        # Back on its node only to restart there is no gain: its own GPUs must be in use.
-        if (len(gpus) != len(mine) or type_of.get(before) != type_of.get(now)
-                or not (swappable(before) and swappable(now))
-                or not in_use.get(before, set()).issuperset(gpus)):
+        here = _movable(on_node.get(home, []), home, now, placed, before, homes)
+        there = _movable(on_node[now], now, home, placed, before, homes)
+        swap = _best_swap(here, [g for g in there if g[0] != job_id],
+                          (job_id, len(placed[job_id][0][1]), 1))
+        if swap is None:
             continue
-        other = next((j for j in on_node.get(before, ())
-                      if len(placed[j][0][1]) == len(mine) and not home(j)), None)
-        if other is None:
-            continue
-        placed[job_id], placed[other] = placed[other], slots
-        traded[job_id], traded[other] = placed[job_id], slots
-        on_node[before].remove(other)
-        on_node[before].append(job_id)
-        on_node[now].remove(job_id)
-        on_node[now].append(other)
+        away, back = swap  # from `home` to `now`, and from `now` to `home`
+        for members, frm, to in ((away, home, now), (back, now, home)):
+            pool = sorted(g for j in (back if frm == home else away)
+                          for g in placed[j][0][1])
+            for j in members:
+                k = len(placed[j][0][1])
+                traded[j], pool = ((to, tuple(pool[:k])),), pool[k:]
+            on_node[frm] = [j for j in on_node[frm] if j not in members]
+            on_node.setdefault(to, []).extend(members)
+        # Placed anew after both sides took the other's GPUs.
+        for j in (*away, *back):
+            placed[j] = traded[j]
     return traded
+
+
+def _movable(gangs: list[str], node_id: str, to: str, placed: Mapping[str, GpuSlots],
+             before: Mapping[str, str], homes: Mapping[str, str]) -> list[Gang]:
+    """The `gangs` on `node_id` that may leave it for `to` (a running job back on its own
+    node stays): job, GPUs, and whether `to` is its home."""
+    return [(j, len(placed[j][0][1]), int(homes.get(j) == to))
+            for j in gangs if before.get(j) != node_id]
+
+
+def _best_swap(here: list[Gang], there: list[Gang], mover: Gang
+               ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Gangs of `here` to swap for `mover` and gangs of `there`, as many GPUs each way, with
+    the most gangs sent home, then the fewest moved; None where no such set exists."""
+    sets_here, sets_there = _best_sets(here), _best_sets(there)
+    best: tuple[int, int, tuple[str, ...], tuple[str, ...]] | None = None
+    for total, (home_a, moved_a, away) in sorted(sets_here.items()):
+        rest = sets_there.get(total - mover[1])
+        if total == 0 or rest is None:
+            continue
+        home_b, moved_b, back = rest
+        score = (home_a + home_b + mover[2], -(moved_a + moved_b + 1))
+        if best is None or score > best[:2]:
+            best = (*score, away, (mover[0], *back))
+    return None if best is None else (best[2], best[3])
+
+
+def _best_sets(gangs: list[Gang]) -> dict[int, tuple[int, int, tuple[str, ...]]]:
+    """Per GPU total, the set of `gangs` summing to it that sends the most home, then moves
+    the fewest (the first such in their order): (sent home, moved, jobs)."""
+    best: dict[int, tuple[int, int, tuple[str, ...]]] = {0: (0, 0, ())}
+    for job_id, gpus, home in gangs:
+        for total, (sent, moved, jobs) in list(best.items()):  # each gang at most once
+            have = best.get(total + gpus)
+            if have is None or (sent + home, -moved - 1) > (have[0], -have[1]):
+                best[total + gpus] = (sent + home, moved + 1, (*jobs, job_id))
+    return best
 
 
 def deal_indices(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSlots],

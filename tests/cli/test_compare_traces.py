@@ -16,7 +16,7 @@ from tests.traces.production_builders import write_helios
 
 POLICIES = ("fifo", "srtf")
 # srtf on Muri's trace3 on n8g8, as `loom sim` decides it: the matrix runs the same services.
-TRACE3_SRTF_DIGEST = "d8ac6f5a8c89dc46ec351bd85f6aff58db6ae7ccc98f8e1b41a78a17ee855fdc"
+TRACE3_SRTF_DIGEST = "f1677f5fc8230a1d28ffff2c616f7668b35f62bb7357bbff5a3c64818fc6ca20"
 
 
 def helios_log(directory: Path, jobs: int = 24) -> Path:

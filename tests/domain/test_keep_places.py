@@ -128,9 +128,35 @@ TYPES = {"n0": "V100", "n1": "V100", "n2": "K80"}
             {"a": on(("n0", (0, 1)))},
             {},
             id="own-gpus-idle"),
+        pytest.param(  # two 2-GPU gangs on its old node take its 4 GPUs
+            {"x": on(("n0", (0, 1))), "y": on(("n0", (2, 3))), "a": on(("n1", (4, 5, 6, 7)))},
+            {"a": on(("n0", (0, 1, 2, 3)))},
+            {"a": on(("n0", (0, 1, 2, 3))), "x": on(("n1", (4, 5))), "y": on(("n1", (6, 7)))},
+            id="two-for-one"),
+        pytest.param(  # a 4-GPU gang took the node two jobs left together: all three trade
+            {"g": on(("n0", (0, 1, 2, 3))), "a": on(("n1", (0, 1))), "b": on(("n1", (2, 3)))},
+            {"a": on(("n0", (0, 1))), "b": on(("n0", (2, 3)))},
+            {"g": on(("n1", (0, 1, 2, 3))), "a": on(("n0", (0, 1))), "b": on(("n0", (2, 3)))},
+            id="one-for-two"),
+        pytest.param(  # a gang that goes home too beats one that does not, of the same size
+            {"x": on(("n0", (0, 1))), "b": on(("n0", (2, 3))), "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (0, 1))), "b": on(("n1", (4, 5)))},
+            {"a": on(("n0", (2, 3))), "b": on(("n1", (4, 5)))},
+            id="most-sent-home"),
+        pytest.param(  # the fewest gangs moved: one 2-GPU gang rather than two 1-GPU ones
+            {"x": on(("n0", (0,))), "y": on(("n0", (1,))), "z": on(("n0", (2, 3))),
+             "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (2, 3)))},
+            {"a": on(("n0", (2, 3))), "z": on(("n1", (4, 5)))},
+            id="fewest-moved"),
+        pytest.param(  # no set of its old node's gangs adds up to its size
+            {"x": on(("n0", (0, 1, 2))), "a": on(("n1", (4, 5)))},
+            {"a": on(("n0", (0, 1)))},
+            {},
+            id="no-matching-set"),
     ],
 )
-def test_a_job_moved_off_its_node_trades_with_a_gang_of_its_size_there(
+def test_a_job_moved_off_its_node_trades_with_gangs_of_as_many_gpus_there(
         changed: Mapping[str, GpuSlots], was: Mapping[str, GpuSlots],
         expected: Mapping[str, GpuSlots]) -> None:
     assert trade_nodes(changed.items(), was, everywhere, TYPES) == expected
