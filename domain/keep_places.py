@@ -91,22 +91,28 @@ def trade_nodes(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSl
     own node never moves, and a job goes home only where the GPUs it had there are all in
     use (`deal_indices` then gives them back), so every node keeps the GPUs it uses."""
     placed = dict(changed)
+    before: dict[str, str] = {}  # running jobs' one node before this cycle
+    for job_id, old in was.items():
+        if len(old) == 1 and job_id in placed:
+            before[job_id] = old[0][0]
+    # Running jobs on one node now, another before: only their two nodes can trade.
+    moved = [job_id for job_id, node_id in before.items()
+             if len(placed[job_id]) == 1 and placed[job_id][0][0] != node_id]
+    if not moved:
+        return {}
+    nodes = {before[j] for j in moved} | {placed[j][0][0] for j in moved}
     on_node: dict[str, list[str]] = {}  # single-node gangs by node, in plan order
     in_use: dict[str, set[int]] = {}  # GPUs the cycle uses per node (trades keep them so)
     for job_id, slots in placed.items():
-        if len(slots) == 1:
-            on_node.setdefault(slots[0][0], []).append(job_id)
         for node_id, gpus in slots:
-            in_use.setdefault(node_id, set()).update(gpus)
-    before: dict[str, str] = {}  # running jobs' one node before this cycle
-    homes: dict[str, str] = {}  # ... where going back spares them a restart
-    for job_id, old in was.items():
-        if len(old) != 1 or job_id not in placed:
-            continue
-        node_id, gpus = old[0]
-        before[job_id] = node_id
-        slots = placed[job_id]
-        if (len(slots) == 1 and len(slots[0][1]) == len(gpus) and swappable(node_id)
+            if node_id in nodes:
+                in_use.setdefault(node_id, set()).update(gpus)
+                if len(slots) == 1:
+                    on_node.setdefault(node_id, []).append(job_id)
+    homes: dict[str, str] = {}  # moved jobs whose going back spares them a restart
+    for job_id in moved:
+        node_id, gpus = was[job_id][0]
+        if (len(placed[job_id][0][1]) == len(gpus) and swappable(node_id)
                 and in_use.get(node_id, set()).issuperset(gpus)):
             homes[job_id] = node_id
     traded: dict[str, GpuSlots] = {}
