@@ -127,9 +127,9 @@ def trade_nodes(changed: Iterable[tuple[str, GpuSlots]], was: Mapping[str, GpuSl
         if swap is None:
             continue
         away, back = swap  # from `home` to `now`, and from `now` to `home`
-        for members, frm, to in ((away, home, now), (back, now, home)):
-            pool = sorted(g for j in (back if frm == home else away)
-                          for g in placed[j][0][1])
+        # Each side takes the GPUs the other side leaves.
+        for members, left, frm, to in ((away, back, home, now), (back, away, now, home)):
+            pool = sorted(g for j in left for g in placed[j][0][1])
             for j in members:
                 k = len(placed[j][0][1])
                 traded[j], pool = ((to, tuple(pool[:k])),), pool[k:]

@@ -264,12 +264,38 @@ def test_a_cycle_that_only_renumbers_gpus_changes_no_running_job(
     assert dealt == was
 
 
-@given(cycles())
+@st.composite
+def gang_moves(draw: st.DrawFn) -> tuple[dict[str, GpuSlots], dict[str, GpuSlots]]:
+    """Single-node gangs on two 8-GPU nodes, then a cycle that puts some of them (each with
+    as many GPUs) and new gangs on either node, both from each node's GPUs in one drawn order
+    (so the cycle uses the GPUs the running jobs had): the moves trades are for, of every mix
+    of sizes."""
+    orders = {node: draw(st.permutations(range(8))) for node in NODES}
+
+    def pack(gangs: list[tuple[str, int, str]]) -> dict[str, GpuSlots]:
+        order = dict(orders)
+        out: dict[str, GpuSlots] = {}
+        for job, gpus, node in gangs:
+            if gpus <= len(order[node]):
+                out[job] = ((node, tuple(sorted(order[node][:gpus]))),)
+                order[node] = order[node][gpus:]
+        return out
+    sizes = st.sampled_from([1, 2, 2, 4])
+    nodes = st.sampled_from(NODES)
+    was = pack([(f"j{i}", draw(sizes), draw(nodes)) for i in range(draw(st.integers(1, 8)))])
+    again = draw(st.lists(st.sampled_from(sorted(was)), unique=True))
+    gangs = [(j, gpu_count(was[j]), draw(nodes)) for j in again]
+    gangs += [(f"new{i}", draw(sizes), draw(nodes)) for i in range(draw(st.integers(0, 4)))]
+    return pack(draw(st.permutations(gangs))), was
+
+
+@given(st.one_of(cycles(), gang_moves()))
 def test_trading_keeps_each_nodes_gpus_and_sends_no_running_job_away_from_home(
         cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]]) -> None:
     changed, was = cycle
     was = {j: slots for j, slots in was.items() if j in changed}
-    traded = {**changed, **trade_nodes(changed.items(), was, everywhere, TYPES)}
+    trades = trade_nodes(changed.items(), was, everywhere, TYPES)
+    traded = {**changed, **trades}
 
     def used(plan: Mapping[str, GpuSlots]) -> list[tuple[str, int]]:
         return sorted((n, g) for slots in plan.values() for n, gpus in slots for g in gpus)
@@ -282,3 +308,5 @@ def test_trading_keeps_each_nodes_gpus_and_sends_no_running_job_away_from_home(
     assert ({j: gpu_count(slots) for j, slots in traded.items()}
             == {j: gpu_count(slots) for j, slots in changed.items()})
     assert home(changed) <= home(traded)
+    if trades:  # every swap sends at least the job it was for home
+        assert len(home(traded)) > len(home(changed))
