@@ -7,7 +7,9 @@ cycle costs what it places rather than the cluster's size. The schemes:
 - `consolidated` (Muri/Tiresias "yarn"): a job that fits in one node gets one node; a bigger job
   gets whole free nodes plus one node for the remainder, all under one switch.
 - `count`: only the number of free GPUs matters (Tiresias' dlas path); GPUs are still chosen
-  consolidated when possible, else from as few nodes as possible.
+  consolidated when possible, else from as few nodes as possible. Counts then decide a walk
+  (`counts_decide`): the walk learns up front which running jobs stay and lets the others go
+  (`let_go`), so a job that starts takes their GPUs and no staying job moves.
 - `yarn`: the research simulators' own rule for compatibility runs: consolidated like the
   first, but first fit in node order and every job re-placed from scratch each cycle (running
   jobs move freely), as Muri's and Tiresias' simulators re-pack the cluster at every event.
@@ -445,6 +447,45 @@ class CyclePlacement:
         taken = self._busy_gpus - held
         self.free_gpus -= taken
         for gpu_type in self._free_by_type:
+            self._free_by_type[gpu_type] -= taken
+        return kept
+
+    @property
+    def counts_decide(self) -> bool:
+        """Whether, this cycle, a gang fits exactly when as many GPUs are free, whichever GPUs
+        running jobs hold: GPUs chosen by count (a spread may take any of them), of one type,
+        none cordoned, out of service or shared, in a cycle opened in full."""
+        return (self.scheme == "count" and not self.in_place and not self.cordoned
+                and not self._out and len(self._free_by_type) == 1 and not self._shared)
+
+    def let_go(self, staying: Mapping[str, int]) -> dict[str, GpuSlots]:
+        """In a walk where counts decide (`counts_decide`), once it is known which running
+        jobs it re-places (`staying`, with their GPU counts): each of those is given back its
+        own GPUs at once where `try_place` would keep them (returned), and every other
+        running job the walk would have re-placed (bound, not kept yet) gives its GPUs up,
+        free and no longer held, as if it had stopped; it is not placed again this cycle.
+        What the walk then places lands on GPUs no staying job holds."""
+        self._hold_all()
+        settled = self._kept
+        kept: dict[str, GpuSlots] = {}
+        taken = 0
+        for job_id, at in self._bound_at.items():
+            if job_id in settled:
+                continue
+            gpus = staying.get(job_id)
+            if gpus is not None:
+                slots = self._keep(job_id, gpus, None)
+                if slots is not None:
+                    kept[job_id] = slots
+                    taken += gpus
+                continue
+            settled.add(job_id)
+            for node, m in at or ():
+                node.held &= ~m
+                self._moved(node)
+        self.placed.update(kept)
+        self.free_gpus -= taken
+        for gpu_type in self._free_by_type:  # one type: `counts_decide`
             self._free_by_type[gpu_type] -= taken
         return kept
 

@@ -173,6 +173,20 @@ class Fitter(Protocol):
 
     def free_of(self, gpu_type: str) -> int: ...
 
+    @property
+    def counts_decide(self) -> bool:
+        """Whether a gang fits exactly when as many GPUs are free this cycle, whichever GPUs
+        running jobs hold (`CyclePlacement.counts_decide`): a walk then finds which jobs it
+        places by counting, and lets the others go before it places any (`let_go`)."""
+        ...
+
+    def let_go(self, staying: Mapping[str, int]) -> dict[str, GpuSlots]:
+        """Where counts decide, once a walk knows which running jobs it re-places (`staying`,
+        with their GPU counts): those get their own GPUs back at once where they can, and
+        every other one the walk would have re-placed gives its GPUs up to it
+        (`CyclePlacement.let_go`)."""
+        ...
+
     def explain(self, gpus: int) -> str: ...
 
     def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
@@ -305,16 +319,15 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
     This is the loop of the Tiresias and Muri simulators (no head-of-line blocking). Each
     stream is already sorted; a stream whose jobs all need the same GPU count is dropped as
     soon as that count cannot fit (a monotone fitter guarantees no larger gang fits either),
-    so a cycle costs O(placed · log streams), not O(queue length).
+    so a cycle costs O(placed · log streams), not O(queue length). Where counts alone decide
+    what fits (`Fitter.counts_decide`), the walk is counted first (`_fill_counted`).
     """
     plan = Plan(run=dict(kept), kept=len(kept)) if kept else Plan()
-    heads: list[tuple[Any, str, int]] = []
     sources: list[Stream] = list(streams)
-    for i, (_, items) in enumerate(sources):
-        first = next(items, None)
-        if first is not None:
-            heads.append((first[0], first[1], i))
-    heapq.heapify(heads)
+    if fit.counts_decide:
+        _fill_counted(plan, sources, jobs, fit, decided_by, running_spec)
+        return plan
+    heads = _heads(sources)
     smallest_unfit = 1 << 30
     unfit = plan.unfit_sizes if fit.fails_by_size else None
     while heads and fit.free_gpus > 0:
@@ -353,6 +366,71 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
             heapq.heappush(heads, (nxt[0], nxt[1], i))
     plan.free_gpus = fit.free_gpus
     return plan
+
+
+def _heads(sources: list[Stream]) -> list[tuple[Any, str, int]]:
+    """Each stream's first item and its stream's index, as a heap (the merge's start)."""
+    heads = []
+    for i, (_, items) in enumerate(sources):
+        first = next(items, None)
+        if first is not None:
+            heads.append((first[0], first[1], i))
+    heapq.heapify(heads)
+    return heads
+
+
+def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView], fit: Fitter,
+                  decided_by: str, running_spec: Callable[[str], JobSpec | None] | None
+                  ) -> None:
+    """`greedy_fill` where a gang fits exactly when as many GPUs are free: the same walk,
+    first counted to find which jobs it places (each that reaches its turn with as many
+    GPUs left); then the running jobs that stay get their GPUs back at once, those that do
+    not give theirs up (`Fitter.let_go`), and the jobs that start are placed on the GPUs no
+    staying job holds. They find room there: what they take adds up to no more than the
+    GPUs idle or given up. So no running job moves to make room for one that starts."""
+    free = fit.free_gpus
+    heads = _heads(sources)
+    placed: list[tuple[str, int, JobSpec]] = []  # in walk order
+    staying: dict[str, int] = {}  # running jobs placed, with their GPU counts
+    while heads and free > 0:
+        _, job_id, i = heapq.heappop(heads)
+        size, items = sources[i]
+        if size is not None and size > free:
+            continue  # nothing in this stream can fit any more
+        spec = running_spec(job_id) if running_spec is not None and size is None else None
+        if spec is not None:
+            running = True
+        else:
+            job = jobs[job_id]
+            spec, running = job.spec, job.running
+        g = size if size is not None else spec.gpus
+        if g <= free and (spec.throughputs is None or _typed_fits(fit, spec)):
+            free -= g
+            placed.append((job_id, g, spec))
+            if running:
+                staying[job_id] = g
+        nxt = next(items, None)
+        if nxt is not None:
+            heapq.heappush(heads, (nxt[0], nxt[1], i))
+    kept = fit.let_go(staying)
+    for job_id, g, spec in placed:
+        slots = kept.get(job_id)
+        if slots is None:  # a job that starts, or a running one whose GPUs it cannot keep
+            slots = (fit.try_place(job_id, g) if spec.throughputs is None
+                     else place_runnable(fit, spec, g))
+        if slots is not None:
+            plan.run[job_id] = slots
+        else:  # not where counts decide; kept for safety, as the walk would say it
+            plan.blocked[job_id] = Status(code=StatusCode.WAITING_FOR_CONSOLIDATED_GPUS,
+                                          reason=fit.explain(g), decided_by=decided_by)
+    plan.free_gpus = fit.free_gpus
+
+
+def _typed_fits(fit: Fitter, spec: JobSpec) -> bool:
+    """Where counts decide (GPUs of one type), whether a job with a profile may run on them:
+    `place_runnable` tries only the types its profile rates above 0."""
+    return any_type(spec) or any(rate > 0 and fit.free_of(gpu_type) > 0
+                                 for gpu_type, rate in (spec.throughputs or {}).items())
 
 
 def any_type(spec: JobSpec) -> bool:

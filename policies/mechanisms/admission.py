@@ -103,6 +103,13 @@ class FitterGate:
     def free_of(self, gpu_type: str) -> int:
         return self._inner.free_of(gpu_type)
 
+    @property
+    def counts_decide(self) -> bool:
+        return False  # a gate's refusals depend on the job, not on the GPUs free alone
+
+    def let_go(self, staying: Mapping[str, int]) -> dict[str, GpuSlots]:
+        raise AssertionError("a gate never lets counts decide")
+
     def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
         return False  # a gate's refusals depend on the job: no proof by GPUs alone
 

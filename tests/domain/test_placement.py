@@ -7,7 +7,7 @@ previous cycle that is re-placed first, so it keeps exactly the GPUs named.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -349,6 +349,56 @@ def test_count_new_job_spreads_rather_than_displace_a_running_one() -> None:
     assert not set(gpus_of(mine)) & (set(gpus_of(x)) | set(gpus_of(y)))
     assert fit.try_place("r", 2) == mine  # r keeps exactly its GPUs
     assert fit.free_gpus == 0
+
+
+def two_types() -> ClusterSpec:
+    return ClusterSpec(name="two-types", nodes=(
+        NodeSpec(node_id="a0", switch_id="s0", gpus=4, gpu_type="A100"),
+        NodeSpec(node_id="v0", switch_id="s0", gpus=4, gpu_type="V100")))
+
+
+def _shared() -> CyclePlacement:
+    both = (("n0", (0, 1)),)  # two jobs on the same GPUs (co-located)
+    return CyclePlacement(cluster(2, 4), "count", {"a": both, "b": both})
+
+
+def _in_place() -> CyclePlacement:
+    fit = CyclePlacement(cluster(2, 4), "count")
+    fit.next_cycle(in_place=True)
+    return fit
+
+
+@pytest.mark.parametrize(("make", "decide"), [
+    (lambda: CyclePlacement(cluster(2, 4), "count"), True),
+    (lambda: CyclePlacement(cluster(2, 4), "consolidated"), False),
+    (lambda: CyclePlacement(cluster(2, 4), "count", cordoned={"n1"}), False),
+    (lambda: CyclePlacement(two_types(), "count"), False),
+    (_shared, False),
+    (_in_place, False),
+], ids=["count", "consolidated", "cordoned", "two-types", "shared-gpus", "in-place"])
+def test_counts_decide_only_where_any_free_gpu_may_take_any_gang(
+        make: Callable[[], CyclePlacement], decide: bool) -> None:
+    assert make().counts_decide is decide
+
+
+def test_let_go_keeps_the_staying_and_frees_the_others_gpus_unheld() -> None:
+    previous = {"a": (("n0", (0, 1)),), "b": (("n0", (2, 3)),), "c": (("n1", (0, 1)),)}
+    fit = CyclePlacement(cluster(2, 4), "count", previous)
+    kept = fit.let_go({"a": 2, "c": 2})
+    assert kept == {"a": previous["a"], "c": previous["c"]}
+    assert fit.free_gpus == 4  # b's two GPUs and n1's two idle ones
+    # b's GPUs are no longer held for it: a new job takes them without displacing anyone,
+    # tightest node first, and b is not placed again this cycle.
+    assert fit.try_place("x", 2) == (("n0", (2, 3)),)
+    assert fit.try_place("b", 2) == (("n1", (2, 3)),)
+    assert fit.free_gpus == 0
+
+
+def test_let_go_leaves_a_running_job_whose_gpus_are_gone_to_be_placed_anew() -> None:
+    fit = CyclePlacement(cluster(1, 4), "count", {"lost": (("gone", (0,)),)})
+    assert fit.let_go({"lost": 1}) == {}
+    assert fit.free_gpus == 4
+    assert fit.try_place("lost", 1) == (("n0", (0,)),)
 
 
 def test_running_job_with_displaced_gpus_moves_to_a_free_node() -> None:
