@@ -119,6 +119,9 @@ class CyclePlacement:
         self._busy_by_type = dict.fromkeys(types, 0)
         self.in_place = False
         self._holding = False  # opened in full, its running jobs' GPUs not yet held (below)
+        # Jobs a walk re-places whose GPUs are to be held, once the cycle is used (a walk
+        # where counts decide may never need them held: `let_go`).
+        self._pending: AbstractSet[str] | None = None
         # With nodes of one size both schemes are monotone (if g GPUs do not fit, g' > g do
         # not either), which lets policies skip ahead; mixed node sizes break that.
         # Buddy blocks mixed with consolidated odd sizes promise no such order.
@@ -198,6 +201,7 @@ class CyclePlacement:
         self.placed: dict[str, GpuSlots] = {}
         self.in_place = in_place
         self._holding = False
+        self._pending = None
         self._free_by_type = dict(topo.cluster.gpus_by_type)
         if in_place:
             self.free_gpus = topo.total_gpus - self._busy_gpus
@@ -224,7 +228,11 @@ class CyclePlacement:
                 self._free_by_type[node.gpu_type] -= idle
 
     def _hold_all(self) -> None:
-        """Every running job's GPUs free again, but held for it (a cycle opened in full)."""
+        """Every running job's GPUs free again, but held for it (a cycle opened in full), or
+        only those of the jobs a walk re-places (`keep_all_but`)."""
+        if self._pending is not None:
+            self._hold_walked(self._pending)
+            self._pending = None
         if not self._holding:
             return
         self._holding = False
@@ -343,7 +351,7 @@ class CyclePlacement:
             return None
         if gpu_type is not None and gpus > self._free_by_type.get(gpu_type, 0):
             return None
-        if self._holding:
+        if self._holding or self._pending is not None:
             self._hold_all()
         # A running job keeps its GPUs even on a drained node; new placements avoid those.
         slots = self._keep(job_id, gpus, gpu_type, within)
@@ -419,7 +427,8 @@ class CyclePlacement:
     def keep_all_but(self, running: Collection[str], walked: AbstractSet[str]
                      ) -> dict[str, GpuSlots] | None:
         """`keep_ahead` for the `running` jobs but `walked` (which the walk re-places), at the
-        cost of the walked ones: only their GPUs are turned held, and the others' are left
+        cost of the walked ones: only their GPUs are turned held (when the cycle is first
+        used: a walk where counts decide may let them go first), and the others' are left
         taken, as a cycle in place has them. The same state, provided `running` are the jobs
         bound and no two of them share a GPU (else None, nothing done, as where `keep_ahead`
         would refuse)."""
@@ -431,15 +440,11 @@ class CyclePlacement:
                 or not self._lost <= walked):
             return None
         self._holding = False
-        dirty, stale, bound_at = self._dirty, self._stale if self._indexes else None, self._bound_at
+        self._pending = walked  # held when the cycle is first used (`_hold_all`)
+        bound_at = self._bound_at
         held = 0
         for job_id in walked:
-            for node, m in bound_at.get(job_id) or ():
-                node.free |= m
-                node.held |= m
-                dirty[node.pos] = node  # as `_moved`
-                if stale is not None:
-                    stale[node.pos] = node
+            for _, m in bound_at.get(job_id) or ():
                 held += m.bit_count()
         kept = {j: slots for j, slots in self._bound.items() if j not in walked}
         self._kept.update(kept)
@@ -449,6 +454,17 @@ class CyclePlacement:
         for gpu_type in self._free_by_type:
             self._free_by_type[gpu_type] -= taken
         return kept
+
+    def _hold_walked(self, walked: AbstractSet[str]) -> None:
+        """The GPUs of the jobs a walk re-places free again, but held for them."""
+        dirty, stale, bound_at = self._dirty, self._stale if self._indexes else None, self._bound_at
+        for job_id in walked:
+            for node, m in bound_at.get(job_id) or ():
+                node.free |= m
+                node.held |= m
+                dirty[node.pos] = node  # as `_moved`
+                if stale is not None:
+                    stale[node.pos] = node
 
     @property
     def counts_decide(self) -> bool:
@@ -465,22 +481,28 @@ class CyclePlacement:
         running job the walk would have re-placed (bound, not kept yet) gives its GPUs up,
         free and no longer held, as if it had stopped; it is not placed again this cycle.
         What the walk then places lands on GPUs no staying job holds."""
-        self._hold_all()
+        # Where `keep_all_but` has not held the walked jobs' GPUs yet, a staying job's stand
+        # as they are: only those given up change.
+        pending, self._pending = self._pending, None
+        if pending is None:
+            self._hold_all()
         settled = self._kept
         kept: dict[str, GpuSlots] = {}
         taken = 0
-        for job_id, at in self._bound_at.items():
+        for job_id in pending if pending is not None else list(self._bound_at):
             if job_id in settled:
                 continue
             gpus = staying.get(job_id)
             if gpus is not None:
-                slots = self._keep(job_id, gpus, None)
+                slots = (self._keep(job_id, gpus, None) if pending is None
+                         else self._keep_standing(job_id, gpus))
                 if slots is not None:
                     kept[job_id] = slots
                     taken += gpus
                 continue
             settled.add(job_id)
-            for node, m in at or ():
+            for node, m in self._bound_at[job_id] or ():
+                node.free |= m
                 node.held &= ~m
                 self._moved(node)
         self.placed.update(kept)
@@ -488,6 +510,19 @@ class CyclePlacement:
         for gpu_type in self._free_by_type:  # one type: `counts_decide`
             self._free_by_type[gpu_type] -= taken
         return kept
+
+    def _keep_standing(self, job_id: str, gpus: int) -> GpuSlots | None:
+        """`_keep` for a job whose GPUs are still taken as it runs (never held this cycle):
+        it keeps them if they are its gang's count; else they are freed, as `_keep` leaves
+        them, for it to be placed anew."""
+        self._kept.add(job_id)
+        at = self._bound_at[job_id]
+        if at is not None and sum(m.bit_count() for _, m in at) == gpus:
+            return self._bound[job_id]
+        for node, m in at or ():
+            node.free |= m
+            self._moved(node)
+        return None
 
     def _keep(self, job_id: str, gpus: int, gpu_type: str | None,
               within: Collection[str] | None = None) -> GpuSlots | None:

@@ -280,3 +280,46 @@ def test_keeping_ahead_jobs_that_share_gpus_is_refused_loudly() -> None:
                          previous={"a": (("n0", (0, 1)),), "b": (("n0", (0, 1)),)})
     with pytest.raises(ValueError, match="job b cannot be kept ahead"):
         fit.keep_ahead(["a", "b"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(cl=clusters(), gangs=st.lists(st.integers(1, 8), min_size=1, max_size=10),
+       walked=st.lists(st.booleans(), min_size=10, max_size=10),
+       stays=st.lists(st.sampled_from(["stays", "stops", "miscounted"]), min_size=10,
+                      max_size=10),
+       later=st.lists(st.integers(1, 8), max_size=6), force_hold=st.booleans())
+def test_let_go_after_keep_all_but_is_let_go_from_held_gpus(
+        cl: ClusterSpec, gangs: list[int], walked: list[bool], stays: list[str],
+        later: list[int], force_hold: bool) -> None:
+    """A walk where counts decide may let go of running jobs before `keep_all_but` has held
+    the walked ones' GPUs (`CyclePlacement._pending`): the state is as where they were held
+    first (the cycle asked before it let go), whichever of them stay (one counted wrong is
+    placed anew), and what is placed next lands alike."""
+    cl = ClusterSpec(name="one-type", nodes=tuple(n.model_copy(update={"gpu_type": "A"})
+                                                  for n in cl.nodes))  # as counts need
+    running: dict[str, GpuSlots] = {}
+    first = CyclePlacement(cl, "count")
+    for i, g in enumerate(gangs):
+        slots = first.try_place(f"r{i}", g)
+        if slots is not None:
+            running[f"r{i}"] = slots
+    walk = {j for i, j in enumerate(sorted(running)) if walked[i]}
+    staying = {j: sum(len(g) for _, g in running[j]) + (stays[i] == "miscounted")
+               for i, j in enumerate(sorted(walk)) if stays[i] != "stops"}
+    fits = [CyclePlacement(cl, "count", running) for _ in range(2)]
+    for fit, hold in zip(fits, (force_hold, True), strict=True):
+        assert fit.keep_all_but(running.keys(), walk) is not None
+        if hold:
+            fit.largest_block()  # uses the cycle: the walked jobs' GPUs are held now
+    kept = [fit.let_go(staying) for fit in fits]
+    assert kept[0] == kept[1]
+    assert kept[0].keys() == {j for j in staying if sum(
+        len(g) for _, g in running[j]) == staying[j]}
+    for fit in fits[1:]:
+        assert (fit.free_gpus, fit.largest_block()) == (fits[0].free_gpus,
+                                                        fits[0].largest_block())
+    for i, g in enumerate(later):
+        assert fits[0].try_place(f"x{i}", g) == fits[1].try_place(f"x{i}", g)
+    for j in sorted(walk - kept[0].keys()):  # given up, or placed anew
+        g = staying.get(j, 1)
+        assert fits[0].try_place(j, g) == fits[1].try_place(j, g)
