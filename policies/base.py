@@ -336,12 +336,7 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
         size, items = sources[i]
         if size is not None and (size >= limit or (unfit and size in unfit)):
             continue  # nothing in this stream can fit any more
-        spec = running_spec(job_id) if running_spec is not None and size is None else None
-        if spec is not None:
-            running = True
-        else:
-            job = jobs[job_id]
-            spec, running = job.spec, job.running
+        spec, running = _spec_of(job_id, size, jobs, running_spec)
         g = size if size is not None else spec.gpus
         if g < limit and not (unfit and g in unfit and not running):
             slots = (fit.try_place(job_id, g) if spec.throughputs is None  # most jobs
@@ -366,6 +361,17 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
             heapq.heappush(heads, (nxt[0], nxt[1], i))
     plan.free_gpus = fit.free_gpus
     return plan
+
+
+def _spec_of(job_id: str, size: int | None, jobs: Mapping[str, JobView],
+             running_spec: Callable[[str], JobSpec | None] | None) -> tuple[JobSpec, bool]:
+    """A walked job's spec and whether it runs: from `running_spec` for a job of a mixed
+    stream that runs (its view need not be made), else from its view."""
+    spec = running_spec(job_id) if running_spec is not None and size is None else None
+    if spec is not None:
+        return spec, True
+    job = jobs[job_id]
+    return job.spec, job.running
 
 
 def _heads(sources: list[Stream]) -> list[tuple[Any, str, int]]:
@@ -397,12 +403,7 @@ def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView]
         size, items = sources[i]
         if size is not None and size > free:
             continue  # nothing in this stream can fit any more
-        spec = running_spec(job_id) if running_spec is not None and size is None else None
-        if spec is not None:
-            running = True
-        else:
-            job = jobs[job_id]
-            spec, running = job.spec, job.running
+        spec, running = _spec_of(job_id, size, jobs, running_spec)
         g = size if size is not None else spec.gpus
         if g <= free and (spec.throughputs is None or _typed_fits(fit, spec)):
             free -= g
