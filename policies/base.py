@@ -421,7 +421,7 @@ def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView]
                      else place_runnable(fit, spec, g))
         if slots is not None:
             plan.run[job_id] = slots
-        else:  # not where counts decide; kept for safety, as the walk would say it
+        else:  # only if the fitter broke `counts_decide`'s promise: the job waits, as walked
             plan.blocked[job_id] = Status(code=StatusCode.WAITING_FOR_CONSOLIDATED_GPUS,
                                           reason=fit.explain(g), decided_by=decided_by)
     plan.free_gpus = fit.free_gpus
