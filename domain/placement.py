@@ -489,7 +489,7 @@ class CyclePlacement:
         settled = self._kept
         kept: dict[str, GpuSlots] = {}
         taken = 0
-        for job_id in pending if pending is not None else list(self._bound_at):
+        for job_id in pending if pending is not None else self._bound_at:
             if job_id in settled:
                 continue
             gpus = staying.get(job_id)

@@ -417,8 +417,7 @@ def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView]
     for job_id, g, spec in placed:
         slots = kept.get(job_id)
         if slots is None:  # a job that starts, or a running one whose GPUs it cannot keep
-            slots = (fit.try_place(job_id, g) if spec.throughputs is None
-                     else place_runnable(fit, spec, g))
+            slots = place_runnable(fit, spec, g)
         if slots is not None:
             plan.run[job_id] = slots
         else:  # only if the fitter broke `counts_decide`'s promise: the job waits, as walked
