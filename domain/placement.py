@@ -511,6 +511,36 @@ class CyclePlacement:
             self._free_by_type[gpu_type] -= taken
         return kept
 
+    @property
+    def idle_gpus(self) -> int:
+        """Where counts decide: the GPUs no running job holds (in a cycle opened in full, a
+        running job's count as free until a walk re-places it)."""
+        return self._topo.total_gpus - self._busy_gpus
+
+    def stay_but(self, running: Collection[str], given_up: AbstractSet[str]) -> bool:
+        """Where counts decide, in a cycle opened in full that nothing has used yet, once a
+        walk is known to re-place every running job but `given_up`: those stay where they
+        run (a counted walk moves none of them: `let_go`), the given-up ones' GPUs are
+        freed, and the cycle goes on as one opened in place with those jobs stopped. So it
+        costs the jobs given up, not those that run. The same state `keep_all_but` and
+        `let_go` reach, and refused (False, nothing done) where they would refuse: `running`
+        not the jobs bound, or GPUs shared or gone but for given-up jobs."""
+        if (not self._holding or self.placed or self._kept or not self.counts_decide
+                or self._bound.keys() != running or not self._lost <= given_up):
+            return False
+        self._holding = False
+        self.in_place = True  # a staying job is not placed again (`_keep`)
+        freed = 0
+        for job_id in given_up:
+            for node, m in self._bound_at[job_id] or ():
+                node.free |= m
+                freed += m.bit_count()
+                self._moved(node)
+        self.free_gpus = self.idle_gpus + freed
+        for gpu_type in self._free_by_type:  # one type: `counts_decide`
+            self._free_by_type[gpu_type] = self.free_gpus
+        return True
+
     def _keep_standing(self, job_id: str, gpus: int) -> GpuSlots | None:
         """`_keep` for a job whose GPUs are still taken as it runs (never held this cycle):
         it keeps them if they are its gang's count; else they are freed, as `_keep` leaves

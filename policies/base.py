@@ -187,6 +187,18 @@ class Fitter(Protocol):
         (`CyclePlacement.let_go`)."""
         ...
 
+    @property
+    def idle_gpus(self) -> int:
+        """Where counts decide, in a cycle opened in full: the GPUs no running job holds."""
+        ...
+
+    def stay_but(self, running: Collection[str], given_up: AbstractSet[str]) -> bool:
+        """Where counts decide, before a walk opened in full places anything: every running
+        job keeps its GPUs as it runs but `given_up`, which stop; the cycle then goes on in
+        place. False, with nothing done, where a walk might not leave that state
+        (`CyclePlacement.stay_but`)."""
+        ...
+
     def explain(self, gpus: int) -> str: ...
 
     def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
@@ -230,9 +242,17 @@ class Plan:
     # Sizes no waiting job could take this cycle (a fitter that fails by size alone), with the
     # fitter's explanation: later waiting jobs of those sizes were not tried.
     unfit_sizes: dict[int, str] = field(default_factory=dict)
-    # Every running job stays where it is (an in-place cycle); `run` then lists only the jobs
-    # that start.
+    # Every running job stays where it is (an in-place cycle) but those `preempted`; `run`
+    # then lists only the jobs that start.
     stay: bool = False
+    preempted: set[str] = field(default_factory=set)
+
+    def stopped(self, running: Iterable[str]) -> list[str]:
+        """The `running` jobs this plan preempts, in their order."""
+        if self.stay:
+            gone = self.preempted
+            return [j for j in running if j in gone] if gone else []
+        return [j for j in running if j not in self.run]
 
 
 class Policy(abc.ABC):
@@ -327,7 +347,7 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
     if fit.counts_decide:
         _fill_counted(plan, sources, jobs, fit, decided_by, running_spec)
         return plan
-    heads = _heads(sources)
+    heads = merge_heads(sources)
     smallest_unfit = 1 << 30
     unfit = plan.unfit_sizes if fit.fails_by_size else None
     while heads and fit.free_gpus > 0:
@@ -374,8 +394,8 @@ def _spec_of(job_id: str, size: int | None, jobs: Mapping[str, JobView],
     return job.spec, job.running
 
 
-def _heads(sources: list[Stream]) -> list[tuple[Any, str, int]]:
-    """Each stream's first item and its stream's index, as a heap (the merge's start)."""
+def merge_heads(sources: list[Stream]) -> list[tuple[Any, str, int]]:
+    """Each stream's first item and its stream's index, as a heap (a merge's start)."""
     heads = []
     for i, (_, items) in enumerate(sources):
         first = next(items, None)
@@ -395,7 +415,7 @@ def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView]
     staying job holds. They find room there: what they take adds up to no more than the
     GPUs idle or given up. So no running job moves to make room for one that starts."""
     free = fit.free_gpus
-    heads = _heads(sources)
+    heads = merge_heads(sources)
     placed: list[tuple[str, int, JobSpec]] = []  # in walk order
     staying: dict[str, int] = {}  # running jobs placed, with their GPU counts
     while heads and free > 0:
@@ -405,7 +425,7 @@ def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView]
             continue  # nothing in this stream can fit any more
         spec, running = _spec_of(job_id, size, jobs, running_spec)
         g = size if size is not None else spec.gpus
-        if g <= free and (spec.throughputs is None or _typed_fits(fit, spec)):
+        if g <= free and (spec.throughputs is None or typed_fits(fit, spec)):
             free -= g
             placed.append((job_id, g, spec))
             if running:
@@ -413,7 +433,13 @@ def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView]
         nxt = next(items, None)
         if nxt is not None:
             heapq.heappush(heads, (nxt[0], nxt[1], i))
-    kept = fit.let_go(staying)
+    place_counted(plan, placed, fit, decided_by, fit.let_go(staying))
+
+
+def place_counted(plan: Plan, placed: list[tuple[str, int, JobSpec]], fit: Fitter,
+                  decided_by: str, kept: Mapping[str, GpuSlots]) -> None:
+    """A counted walk's jobs (`placed`, in walk order) into `plan`: those `kept` where they
+    run, the others placed now, on GPUs no staying job holds."""
     for job_id, g, spec in placed:
         slots = kept.get(job_id)
         if slots is None:  # a job that starts, or a running one whose GPUs it cannot keep
@@ -426,7 +452,7 @@ def _fill_counted(plan: Plan, sources: list[Stream], jobs: Mapping[str, JobView]
     plan.free_gpus = fit.free_gpus
 
 
-def _typed_fits(fit: Fitter, spec: JobSpec) -> bool:
+def typed_fits(fit: Fitter, spec: JobSpec) -> bool:
     """Where counts decide (GPUs of one type), whether a job with a profile may run on them:
     `place_runnable` tries only the types its profile rates above 0."""
     return any_type(spec) or any(rate > 0 and fit.free_of(gpu_type) > 0

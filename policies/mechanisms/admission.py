@@ -110,6 +110,13 @@ class FitterGate:
     def let_go(self, staying: Mapping[str, int]) -> dict[str, GpuSlots]:
         raise AssertionError("a gate never lets counts decide")
 
+    @property
+    def idle_gpus(self) -> int:
+        raise AssertionError("a gate never lets counts decide")
+
+    def stay_but(self, running: Collection[str], given_up: AbstractSet[str]) -> bool:
+        return False  # as `keep_ahead`
+
     def blocked_displacing(self, gpus: int, victims: Iterable[str]) -> bool:
         return False  # a gate's refusals depend on the job: no proof by GPUs alone
 

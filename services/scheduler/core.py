@@ -377,7 +377,7 @@ class SchedulerCore(CoreDefaults):
                                 decided_by=self.policy.name)
             transitions.append(self.transition(rec, JobState.REJECTED, causes.rejected(reason),
                                                now))
-        for jid in [] if plan.stay else [j for j in running if j not in plan.run]:
+        for jid in plan.stopped(running):
             rec = self.jobs.clear_running(jid)
             rec.preemptions += 1
             rec.unplace()

@@ -285,15 +285,14 @@ class _Forward:
             self.jobs[jid].state = JobState.REJECTED
             del self.views[jid]
             self.policy.job_removed(jid)
-        if not plan.stay:
-            for jid in [j for j in self.running if j not in plan.run]:
-                rec = self.running.pop(jid)
-                del self.due[jid]
-                rec.preemptions += 1
-                rec.unplace()
-                rec.state = JobState.PREEMPTED
-                self.moves.add(jid)
-                self.views[jid] = rec.view()
+        for jid in plan.stopped(self.running):
+            rec = self.running.pop(jid)
+            del self.due[jid]
+            rec.preemptions += 1
+            rec.unplace()
+            rec.state = JobState.PREEMPTED
+            self.moves.add(jid)
+            self.views[jid] = rec.view()
         keep_in_plan(plan.run, plan.kept, plan.groups, self.running, self.inp.topology,
                      self.inp.scheme or self.policy.placement,
                      nodes_chosen=self.policy.chooses_nodes)

@@ -323,3 +323,70 @@ def test_let_go_after_keep_all_but_is_let_go_from_held_gpus(
     for j in sorted(walk - kept[0].keys()):  # given up, or placed anew
         g = staying.get(j, 1)
         assert fits[0].try_place(j, g) == fits[1].try_place(j, g)
+
+
+def _two_nodes_counted() -> CyclePlacement:
+    """`_two_nodes_running` under the `count` scheme, where counts decide."""
+    return CyclePlacement(ClusterSpec.uniform(1, 2, 4), "count", index_from=1,
+                          previous={"a": (("n0", (0, 1, 2)),), "b": (("n1", (0, 1)),)})
+
+
+@pytest.mark.parametrize(("prepare", "running", "given_up"), [
+    pytest.param(lambda fit: fit.try_place("c", 1), "ab", "b", id="something-placed-already"),
+    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, {"a"}), "ab", "b", id="kept-already"),
+    pytest.param(lambda fit: fit.largest_block(), "ab", "b", id="used-already"),
+    pytest.param(lambda fit: fit.next_cycle(in_place=True), "ab", "b", id="opened-in-place"),
+    pytest.param(lambda fit: fit.bind("a", (("gone", (0,)),)), "ab", "b",
+                 id="a-staying-jobs-gpus-gone"),
+    pytest.param(lambda fit: fit.bind("c", (("n1", (1, 2)),)), "abc", "c",
+                 id="gpus-shared"),
+    pytest.param(lambda fit: fit.release("b"), "ab", "a", id="told-of-other-running-jobs"),
+])
+def test_stay_but_refuses_where_the_walk_might_not_leave_that_state(
+        prepare: Callable[[CyclePlacement], object], running: str, given_up: str) -> None:
+    fit = _two_nodes_counted()
+    prepare(fit)
+    free, in_place = fit.free_gpus, fit.in_place
+    assert not fit.stay_but(set(running), set(given_up))
+    assert (fit.free_gpus, fit.in_place) == (free, in_place)  # nothing done
+
+
+def test_stay_but_frees_the_given_up_and_goes_on_in_place() -> None:
+    fit = _two_nodes_counted()
+    assert fit.idle_gpus == 3
+    assert fit.stay_but({"a", "b"}, {"b"})
+    assert fit.in_place and fit.free_gpus == 5  # n0's last GPU, all of n1
+    with pytest.raises(ValueError, match="runs in place"):
+        fit.try_place("a", 3)  # a staying job is not placed again
+    assert fit.try_place("x", 4) == (("n1", (0, 1, 2, 3)),)  # b's GPUs, free and unheld
+    assert fit.free_gpus == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(cl=clusters(), gangs=st.lists(st.integers(1, 8), min_size=1, max_size=10),
+       gone=st.lists(st.booleans(), min_size=10, max_size=10),
+       later=st.lists(st.integers(1, 8), max_size=6))
+def test_stay_but_is_keep_all_but_then_let_go(
+        cl: ClusterSpec, gangs: list[int], gone: list[bool], later: list[int]) -> None:
+    """Where counts decide, a walk that knows its given-up jobs before it starts reaches the
+    state of one that kept every running job but the walked ones and then let go of those
+    given up: the same free GPUs, and what is placed next lands alike."""
+    cl = ClusterSpec(name="one-type", nodes=tuple(n.model_copy(update={"gpu_type": "A"})
+                                                  for n in cl.nodes))  # as counts need
+    running: dict[str, GpuSlots] = {}
+    first = CyclePlacement(cl, "count")
+    for i, g in enumerate(gangs):
+        slots = first.try_place(f"r{i}", g)
+        if slots is not None:
+            running[f"r{i}"] = slots
+    given_up = {j for i, j in enumerate(sorted(running)) if gone[i]}
+    staying = {j: sum(len(g) for _, g in slots) for j, slots in running.items()
+               if j not in given_up}
+    fits = [CyclePlacement(cl, "count", running) for _ in range(2)]
+    assert fits[0].stay_but(running.keys(), given_up)
+    assert fits[1].keep_all_but(running.keys(), set(running)) is not None
+    assert fits[1].let_go(staying) == {j: running[j] for j in staying}
+    assert fits[0].free_gpus == fits[1].free_gpus
+    assert fits[0].largest_block() == fits[1].largest_block()
+    for i, g in enumerate(later):
+        assert fits[0].try_place(f"x{i}", g) == fits[1].try_place(f"x{i}", g)

@@ -5,8 +5,9 @@ The contract the scheduler keeps and this driver mirrors:
 - every cycle, a `Snapshot` of all active jobs, the running ones as running views whose progress
   and attained time were advanced to `now`, and a fresh `CyclePlacement` with the previous
   placements of the running jobs;
-- afterwards, the jobs in `plan.run` are running (with the placement planned), all others wait
-  (a preempted job keeps its progress and counts one more preemption).
+- afterwards, the jobs in `plan.run` are running (with the placement planned), and so are
+  the running jobs a plan that keeps them (`stay`) does not preempt; all others wait (a
+  preempted job keeps its progress and counts one more preemption).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import Status
+
+
+def running_after(plan: Plan, running: dict[str, GpuSlots]) -> dict[str, GpuSlots]:
+    """Which jobs run where after `plan`, those `running` (where) before it."""
+    if not plan.stay:
+        return dict(plan.run)
+    return {jid: slots for jid, slots in running.items() if jid not in plan.preempted} | plan.run
 
 
 @dataclass
@@ -81,9 +89,10 @@ class Driver:
         previous = {jid: rec.placement for jid, rec in self.jobs.items() if rec.running}
         self.fit = CyclePlacement(self.cluster, self.policy.placement, previous)
         plan = self.plan = self.policy.plan(snap, self.fit)
+        runs = running_after(plan, previous)
         for jid, rec in self.jobs.items():
-            if jid in plan.run:
-                rec.running, rec.placement = True, plan.run[jid]
+            if jid in runs:
+                rec.running, rec.placement = True, runs[jid]
             elif rec.running:
                 rec.running, rec.placement = False, ()
                 rec.preemptions += 1
