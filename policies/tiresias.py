@@ -21,7 +21,16 @@ from typing import ClassVar
 
 from sortedcontainers import SortedList
 
-from policies.base import Fitter, JobView, Plan, RunningJobs, Snapshot, greedy_fill
+from policies.base import (
+    Fitter,
+    JobView,
+    Plan,
+    RunningJobs,
+    Snapshot,
+    greedy_fill,
+    place_counted,
+)
+from policies.mechanisms.counting import count_walk
 from policies.mechanisms.ordered import Key, OrderedPolicy
 
 # Tiresias simulator constants (jobs.py): 3 queues; only the first two limits matter.
@@ -193,6 +202,10 @@ class DiscretisedLas(OrderedPolicy):
         demoted = running.in_order(self._kept_demoted(snap, running))
         for jid in demoted:
             self._bounds.take(jid, self._append(jid, self._queue[jid] + 1))
+        if fit.counts_decide and not running.irregular:
+            counted = self._plan_counted(snap, fit, running, demoted)
+            if counted is not None:
+                return counted
         kept, ranked = self._walk_start(snap, fit)
         plan = greedy_fill(self.streams(ranked), snap.jobs, fit, self.name, kept,
                            running.spec_of)
@@ -202,6 +215,43 @@ class DiscretisedLas(OrderedPolicy):
         fresh = [jid for jid in islice(plan.run, start, None) if self._key[jid][1] == 1]
         self._rank_anew(fresh)
         preempted = [item for item in ranked if item[1] not in plan.run]
+        for _, jid in preempted:
+            self._bounds.drop(jid)
+            self._unpredict(jid)
+        self._requeue_preempted(preempted, snap)
+        for jid in fresh:
+            self._bounds.take(jid, self._key[jid])
+            self._predict(jid, snap)
+        plan.wakeup_at = self._kept_wakeup(snap)
+        return plan
+
+    def _plan_counted(self, snap: Snapshot, fit: Fitter, running: RunningJobs,
+                      demoted: list[str]) -> Plan | None:
+        """`_plan_kept` where counts decide: the same walk counted over the running jobs'
+        exact ranks (`count_walk`; a running job's key is kept here, so its bound is its
+        key), which costs the jobs that start or are given up. Every other running job stays
+        where it runs (`Fitter.stay_but`), so the plan lists only what changes. None, with
+        nothing done but the demotions, where the placement refuses."""
+        spec_of = running.spec_of
+        self._bounds.take_reports(running, self._key_of(snap))
+        order = self._bounds.order
+        if spec_of is None or len(order) != len(running.ids):
+            return None
+
+        def gpus_of(job_id: str) -> int:
+            spec = spec_of(job_id)
+            assert spec is not None, f"{job_id} is ranked as running"
+            return spec.gpus
+
+        starting, given_up = count_walk(order, gpus_of, self.waiting_streams(), snap.jobs,
+                                        fit)
+        if not fit.stay_but(running.ids, given_up):
+            return None
+        plan = Plan(stay=True, preempted=given_up)
+        place_counted(plan, starting, fit, self.name, {})
+        fresh = [*plan.run, *(jid for jid in demoted if jid not in given_up)]
+        self._rank_anew(fresh)
+        preempted = [(self._key[jid], jid) for jid in given_up]
         for _, jid in preempted:
             self._bounds.drop(jid)
             self._unpredict(jid)

@@ -48,6 +48,11 @@ class RunningBounds:
         """The bounds taken, sorted (best first)."""
         return list(self._ranks)
 
+    @property
+    def order(self) -> SortedList:
+        """The bounds taken, sorted (best first), as kept: to read, never to change."""
+        return self._ranks
+
     def keys(self) -> dict[str, Key | None]:
         """A copy of every running job's key as last taken (None: not taken yet)."""
         return dict(self._keys)

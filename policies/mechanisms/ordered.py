@@ -101,9 +101,11 @@ class OrderedPolicy(Policy):
         bucket.add((k, job.job_id))
 
     def streams(self, running: list[Rank]) -> list[Stream]:
-        out: list[Stream] = [(None, iter(running))]
-        out += [(g, iter(b)) for g, b in self._buckets.items() if b]
-        return out
+        return [(None, iter(running)), *self.waiting_streams()]
+
+    def waiting_streams(self) -> list[Stream]:
+        """The waiting jobs, one sorted stream per GPU count."""
+        return [(g, iter(b)) for g, b in self._buckets.items() if b]
 
     def running_keys(self, snap: Snapshot) -> list[Rank]:
         keys = self._keys_of(snap)

@@ -20,7 +20,7 @@ from schemas.job import JobSpec
 from schemas.status import StatusCode
 from services.scheduler.in_place import open_cycle
 from tests.builders import ReadViews, cluster, make_job, view
-from tests.policies.driver import Driver
+from tests.policies.driver import Driver, running_after
 
 MLFQ = ("las", "tiresias")
 LONG = 100_000  # seconds: longer than any scenario here
@@ -292,7 +292,8 @@ def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_t
     policy.job_added(later["c"])
     views = ReadViews(later)
     plan = policy.plan(_snapshot(views, ["a", "b"], 100.0, irregular), fit)
-    assert set(plan.run) == set(runs) and plan.run["a"] == started["a"]
+    after = running_after(plan, started)
+    assert set(after) == set(runs) and after["a"] == started["a"]
     assert views.read - {"c"} == read
     assert policy.key(later["a"]) < policy.key(later["c"]) < policy.key(later["b"])
 
@@ -324,7 +325,7 @@ def test_a_job_demoted_while_kept_ahead_is_ranked_anew() -> None:
                                  lambda in_place: _opened(placement, in_place))
     assert plan is None and not snap.in_place  # planned in full
     plan = policy.plan(snap, fit)
-    assert set(plan.run) == {"a", "c"} and plan.kept == 1
+    assert set(running_after(plan, started)) == {"a", "c"}
     assert [queue_of_view(policy, later[j]) for j in "abc"] == [1, 2, 2]
     assert policy.key(later["a"])[1] == 0  # ranked as running, not queued at the back
     assert policy.key(later["a"]) < policy.key(later["c"]) < policy.key(later["b"])
