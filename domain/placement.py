@@ -9,7 +9,9 @@ cycle costs what it places rather than the cluster's size. The schemes:
 - `count`: only the number of free GPUs matters (Tiresias' dlas path); GPUs are still chosen
   consolidated when possible, else from as few nodes as possible. Counts then decide a walk
   (`counts_decide`): the walk learns up front which running jobs stay and lets the others go
-  (`let_go`), so a job that starts takes their GPUs and no staying job moves.
+  (`let_go`), so a job that starts takes their GPUs and no staying job moves; a walk that
+  knows them from the running jobs' ranks alone opens the cycle in place without those
+  (`stay_but`), never reading the jobs that stay.
 - `yarn`: the research simulators' own rule for compatibility runs: consolidated like the
   first, but first fit in node order and every job re-placed from scratch each cycle (running
   jobs move freely), as Muri's and Tiresias' simulators re-pack the cluster at every event.
