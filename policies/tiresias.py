@@ -212,17 +212,9 @@ class DiscretisedLas(OrderedPolicy):
         # Starts and demotions. Of the running jobs kept ahead (plan.run's first `kept`), only
         # one demoted just now can have a fresh key: without demotions, none is looked at.
         start = 0 if demoted else plan.kept
-        fresh = [jid for jid in islice(plan.run, start, None) if self._key[jid][1] == 1]
-        self._rank_anew(fresh)
-        preempted = [item for item in ranked if item[1] not in plan.run]
-        for _, jid in preempted:
-            self._bounds.drop(jid)
-            self._unpredict(jid)
-        self._requeue_preempted(preempted, snap)
-        for jid in fresh:
-            self._bounds.take(jid, self._key[jid])
-            self._predict(jid, snap)
-        plan.wakeup_at = self._kept_wakeup(snap)
+        self._settle_walk(plan, snap,
+                          [jid for jid in islice(plan.run, start, None) if self._key[jid][1] == 1],
+                          [item for item in ranked if item[1] not in plan.run])
         return plan
 
     def _plan_counted(self, snap: Snapshot, fit: Fitter, running: RunningJobs,
@@ -249,9 +241,17 @@ class DiscretisedLas(OrderedPolicy):
             return None
         plan = Plan(stay=True, preempted=given_up)
         place_counted(plan, starting, fit, self.name, {})
-        fresh = [*plan.run, *(jid for jid in demoted if jid not in given_up)]
+        self._settle_walk(plan, snap,
+                          [*plan.run, *(jid for jid in demoted if jid not in given_up)],
+                          [(self._key[jid], jid) for jid in given_up])
+        return plan
+
+    def _settle_walk(self, plan: Plan, snap: Snapshot, fresh: list[str],
+                     preempted: list[tuple[Key, str]]) -> None:
+        """After a full walk where running jobs' views are made only when read: ranks for
+        the jobs that start or stay demoted (`fresh`), the preempted ones requeued, the
+        predicted crossings of both changed, and the next wake-up."""
         self._rank_anew(fresh)
-        preempted = [(self._key[jid], jid) for jid in given_up]
         for _, jid in preempted:
             self._bounds.drop(jid)
             self._unpredict(jid)
@@ -260,7 +260,6 @@ class DiscretisedLas(OrderedPolicy):
             self._bounds.take(jid, self._key[jid])
             self._predict(jid, snap)
         plan.wakeup_at = self._kept_wakeup(snap)
-        return plan
 
     def _requeue_preempted(self, preempted: list[tuple[Key, str]], snap: Snapshot) -> None:
         """A preempted job keeps its place in the walk: one that ran last cycle goes in front

@@ -227,7 +227,9 @@ def test_keep_ahead_refuses_where_a_walk_might_not_keep_them(
     assert fit.free_gpus == free  # nothing done
 
 
-@pytest.mark.parametrize(("prepare", "running", "walked"), [
+# Where keeping every running job but some (walked, or given up) might not leave the state a
+# walk reaches: (what happened first, the running jobs, those walked or given up).
+_REFUSED = [
     pytest.param(lambda fit: fit.try_place("c", 1), "ab", "b", id="something-placed-already"),
     pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, {"a"}), "ab", "b", id="kept-already"),
     pytest.param(lambda fit: fit.next_cycle(in_place=True), "ab", "b", id="opened-in-place"),
@@ -236,7 +238,10 @@ def test_keep_ahead_refuses_where_a_walk_might_not_keep_them(
     pytest.param(lambda fit: fit.bind("c", (("n1", (1, 2)),)), "abc", "bc",
                  id="walked-jobs-share-gpus"),
     pytest.param(lambda fit: fit.release("b"), "ab", "a", id="told-of-other-running-jobs"),
-])
+]
+
+
+@pytest.mark.parametrize(("prepare", "running", "walked"), _REFUSED)
 def test_keep_all_but_refuses_where_keeping_them_ahead_might_not(
         prepare: Callable[[CyclePlacement], object], running: str, walked: str) -> None:
     fit = _two_nodes_running()
@@ -282,6 +287,20 @@ def test_keeping_ahead_jobs_that_share_gpus_is_refused_loudly() -> None:
         fit.keep_ahead(["a", "b"])
 
 
+def _counted_running(cl: ClusterSpec, gangs: list[int]
+                     ) -> tuple[ClusterSpec, dict[str, GpuSlots]]:
+    """`cl` with one GPU type (as counts need) and the gangs that fit placed on it, where."""
+    cl = ClusterSpec(name="one-type", nodes=tuple(n.model_copy(update={"gpu_type": "A"})
+                                                  for n in cl.nodes))
+    running: dict[str, GpuSlots] = {}
+    first = CyclePlacement(cl, "count")
+    for i, g in enumerate(gangs):
+        slots = first.try_place(f"r{i}", g)
+        if slots is not None:
+            running[f"r{i}"] = slots
+    return cl, running
+
+
 @settings(max_examples=200, deadline=None)
 @given(cl=clusters(), gangs=st.lists(st.integers(1, 8), min_size=1, max_size=10),
        walked=st.lists(st.booleans(), min_size=10, max_size=10),
@@ -295,14 +314,7 @@ def test_let_go_after_keep_all_but_is_let_go_from_held_gpus(
     the walked ones' GPUs (`CyclePlacement._pending`): the state is as where they were held
     first (the cycle asked before it let go), whichever of them stay (one counted wrong is
     placed anew), and what is placed next lands alike."""
-    cl = ClusterSpec(name="one-type", nodes=tuple(n.model_copy(update={"gpu_type": "A"})
-                                                  for n in cl.nodes))  # as counts need
-    running: dict[str, GpuSlots] = {}
-    first = CyclePlacement(cl, "count")
-    for i, g in enumerate(gangs):
-        slots = first.try_place(f"r{i}", g)
-        if slots is not None:
-            running[f"r{i}"] = slots
+    cl, running = _counted_running(cl, gangs)
     walk = {j for i, j in enumerate(sorted(running)) if walked[i]}
     staying = {j: sum(len(g) for _, g in running[j]) + (stays[i] == "miscounted")
                for i, j in enumerate(sorted(walk)) if stays[i] != "stops"}
@@ -332,16 +344,7 @@ def _two_nodes_counted() -> CyclePlacement:
 
 
 @pytest.mark.parametrize(("prepare", "running", "given_up"), [
-    pytest.param(lambda fit: fit.try_place("c", 1), "ab", "b", id="something-placed-already"),
-    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, {"a"}), "ab", "b", id="kept-already"),
-    pytest.param(lambda fit: fit.largest_block(), "ab", "b", id="used-already"),
-    pytest.param(lambda fit: fit.next_cycle(in_place=True), "ab", "b", id="opened-in-place"),
-    pytest.param(lambda fit: fit.bind("a", (("gone", (0,)),)), "ab", "b",
-                 id="a-staying-jobs-gpus-gone"),
-    pytest.param(lambda fit: fit.bind("c", (("n1", (1, 2)),)), "abc", "c",
-                 id="gpus-shared"),
-    pytest.param(lambda fit: fit.release("b"), "ab", "a", id="told-of-other-running-jobs"),
-])
+    *_REFUSED, pytest.param(lambda fit: fit.largest_block(), "ab", "b", id="used-already")])
 def test_stay_but_refuses_where_the_walk_might_not_leave_that_state(
         prepare: Callable[[CyclePlacement], object], running: str, given_up: str) -> None:
     fit = _two_nodes_counted()
@@ -371,14 +374,7 @@ def test_stay_but_is_keep_all_but_then_let_go(
     """Where counts decide, a walk that knows its given-up jobs before it starts reaches the
     state of one that kept every running job but the walked ones and then let go of those
     given up: the same free GPUs, and what is placed next lands alike."""
-    cl = ClusterSpec(name="one-type", nodes=tuple(n.model_copy(update={"gpu_type": "A"})
-                                                  for n in cl.nodes))  # as counts need
-    running: dict[str, GpuSlots] = {}
-    first = CyclePlacement(cl, "count")
-    for i, g in enumerate(gangs):
-        slots = first.try_place(f"r{i}", g)
-        if slots is not None:
-            running[f"r{i}"] = slots
+    cl, running = _counted_running(cl, gangs)
     given_up = {j for i, j in enumerate(sorted(running)) if gone[i]}
     staying = {j: sum(len(g) for _, g in slots) for j, slots in running.items()
                if j not in given_up}
