@@ -503,10 +503,7 @@ class CyclePlacement:
                     taken += gpus
                 continue
             settled.add(job_id)
-            for node, m in self._bound_at[job_id] or ():
-                node.free |= m
-                node.held &= ~m
-                self._moved(node)
+            self._give_up(job_id)
         self.placed.update(kept)
         self.free_gpus -= taken
         for gpu_type in self._free_by_type:  # one type: `counts_decide`
@@ -532,16 +529,21 @@ class CyclePlacement:
             return False
         self._holding = False
         self.in_place = True  # a staying job is not placed again (`_keep`)
-        freed = 0
-        for job_id in given_up:
-            for node, m in self._bound_at[job_id] or ():
-                node.free |= m
-                freed += m.bit_count()
-                self._moved(node)
+        freed = sum(self._give_up(job_id) for job_id in given_up)
         self.free_gpus = self.idle_gpus + freed
         for gpu_type in self._free_by_type:  # one type: `counts_decide`
             self._free_by_type[gpu_type] = self.free_gpus
         return True
+
+    def _give_up(self, job_id: str) -> int:
+        """A running job's GPUs free and no longer held, as if it had stopped: how many."""
+        freed = 0
+        for node, m in self._bound_at[job_id] or ():
+            node.free |= m
+            node.held &= ~m
+            freed += m.bit_count()
+            self._moved(node)
+        return freed
 
     def _keep_standing(self, job_id: str, gpus: int) -> GpuSlots | None:
         """`_keep` for a job whose GPUs are still taken as it runs (never held this cycle):
