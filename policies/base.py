@@ -57,9 +57,7 @@ class JobView(NamedTuple):
     def make(cls, spec: JobSpec, running: bool, iterations_done: float, attained_s: float,
              preemptions: int = 0, allocated: int | None = None,
              run_since: float | None = None) -> JobView:
-        remaining = spec.iterations - iterations_done
-        if remaining < 0.0:
-            remaining = 0.0
+        remaining = remaining_iterations(spec, iterations_done)
         held = (spec.gpus if running else 0) if allocated is None else allocated
         # tuple.__new__ rather than cls(...): a third of the cost, and this runs per running
         # job per cycle.
@@ -72,29 +70,39 @@ class JobView(NamedTuple):
         return self.attained_s * self.gpus
 
 
+def remaining_iterations(spec: JobSpec, iterations_done: float) -> float:
+    """Iterations left, never below zero (`JobView.remaining_iterations`)."""
+    remaining = spec.iterations - iterations_done
+    return 0.0 if remaining < 0.0 else remaining
+
+
 class RunningJobs(Sequence[JobView]):
     """A snapshot's running jobs in admission order, their views made when first read: a cycle
     whose policy reads none of them (an in-place cycle of a policy that keeps its running
     jobs' ranks itself) does not pay for a view of every running job.
 
-    `ids`, `reported`, `irregular` and `spec_of` are read without making views: which jobs
-    run, which of them a node reported progress for since the previous cycle (a report
-    replaces the estimate, so it may set a job back), which of them a walk may not simply
-    give back their GPUs (`JobTable.irregular`), and a running job's spec (None for a job
-    not running), all a walk needs of a running job it does not rank by its view. Read it
-    while the cycle plans; the scheduler closes it after."""
+    `ids`, `reported`, `irregular`, `spec_of` and `done_of` are read without making views:
+    which jobs run, which of them a node reported progress for since the previous cycle (a
+    report replaces the estimate, so it may set a job back), which of them a walk may not
+    simply give back their GPUs (`JobTable.irregular`), a running job's spec (None for a job
+    not running) and its iterations done as its view would hold them, all a walk needs of a
+    running job it does not rank by its view. Read it while the cycle plans; the scheduler
+    closes it after."""
 
-    __slots__ = ("_make", "_order", "_views", "ids", "irregular", "reported", "spec_of")
+    __slots__ = ("_make", "_order", "_views", "done_of", "ids", "irregular", "reported",
+                 "spec_of")
 
     def __init__(self, ids: Collection[str], make: Callable[[], tuple[JobView, ...]],
                  reported: Collection[str] = (),
                  order: Callable[[Iterable[str]], list[str]] | None = None,
                  irregular: Collection[str] = (),
-                 spec_of: Callable[[str], JobSpec | None] | None = None) -> None:
+                 spec_of: Callable[[str], JobSpec | None] | None = None,
+                 done_of: Callable[[str], float] | None = None) -> None:
         self.ids = ids
         self.reported = reported
         self.irregular = irregular
         self.spec_of = spec_of
+        self.done_of = done_of
         self._make: Callable[[], tuple[JobView, ...]] | None = make
         self._order = order
         self._views: tuple[JobView, ...] | None = None
@@ -132,6 +140,19 @@ class RunningJobs(Sequence[JobView]):
 
     def __iter__(self) -> Iterator[JobView]:
         return iter(self.views())
+
+
+def running_remaining_s(snap: Snapshot, job_id: str) -> tuple[JobSpec, float] | None:
+    """A running job's spec and the seconds it has left (`JobView.remaining_s`, the same
+    arithmetic), without its view; None where the snapshot's running jobs give neither."""
+    running = snap.running
+    if not isinstance(running, RunningJobs) or running.done_of is None:
+        return None
+    spec = running.spec_of(job_id) if running.spec_of is not None else None
+    if spec is None:
+        return None
+    left = remaining_iterations(spec, running.done_of(job_id))
+    return spec, left * spec.iteration_time_s
 
 
 def running_specs(snap: Snapshot) -> Callable[[str], JobSpec | None] | None:

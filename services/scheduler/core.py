@@ -318,7 +318,8 @@ class SchedulerCore(CoreDefaults):
             running, seen = self._running_views(), views.plain()
         else:  # many: each running job's view made only if read
             running = RunningJobs(jobs.running.keys(), self._running_views, reported,
-                                  jobs.in_admission_order, jobs.irregular(), jobs.running_spec)
+                                  jobs.in_admission_order, jobs.irregular(), jobs.running_spec,
+                                  jobs.running_done)
             seen = MappingProxyType(views)
         snap = Snapshot(now=now, cluster=self.cluster, jobs=seen, running=running)
         scheme = self.config.placement or self.policy.placement

@@ -291,6 +291,13 @@ class JobTable(Mapping[str, JobRecord]):
         rec = self.running.get(job_id)
         return None if rec is None else rec.spec
 
+    def running_done(self, job_id: str) -> float:
+        """A running job's iterations done, charged up to the last cycle, as its view would
+        hold them, without making the view (a walk ranks many by remaining time)."""
+        rec = self.running[job_id]
+        self.sync(rec)
+        return rec.iterations_done
+
     def busy_gpus(self) -> int:
         """GPUs the running jobs hold, each counted once: only a co-located group's members
         share GPUs (a job alone has its own), so only theirs need a set."""

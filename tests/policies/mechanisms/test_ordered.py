@@ -476,6 +476,26 @@ def _snapshot(views: dict[str, JobView], running: list[str],
     return Snapshot(0.0, cluster(1, 4), MappingProxyType(views), made)
 
 
+@pytest.mark.parametrize(("name", "done", "with_record", "read"), [
+    pytest.param("srtf", 40.0, True, set(), id="srtf-from-the-record-unread"),
+    pytest.param("srsf", 40.0, True, set(), id="srsf-from-the-record-unread"),
+    pytest.param("srtf", 130.0, True, set(), id="srtf-overrun-counts-as-none-left"),
+    pytest.param("srtf", 40.0, False, {"a"}, id="srtf-no-record-from-the-view"),
+])
+def test_remaining_time_ranks_a_running_job_from_its_record(
+        name: str, done: float, with_record: bool, read: set[str]) -> None:
+    """srtf and srsf rank a running job by its remaining time: from its record's iterations
+    done where the snapshot gives them without views, the very key its view would give."""
+    a = make_job("a").gpus(2).iterations(120).submit(3.0).build()
+    views = ReadViews({"a": view(a, True, done)})
+    running = RunningJobs(["a"], lambda: (views["a"],), spec_of={"a": a}.get,
+                          done_of={"a": done}.__getitem__ if with_record else None)
+    snap = Snapshot(0.0, cluster(1, 4), MappingProxyType(views), running)
+    policy = policies.make(name)
+    assert policy.running_key("a", snap) == policy.key(view(a, True, done))
+    assert views.read == read
+
+
 @pytest.mark.parametrize(("with_specs", "read"), [
     pytest.param(True, set(), id="from-the-spec-unread"),
     pytest.param(False, {"a"}, id="no-specs-from-the-view"),
