@@ -204,6 +204,8 @@ class CyclePlacement:
         self.in_place = in_place
         self._holding = False
         self._pending = None
+        # With `stay_all_but`: the only running jobs the walk may re-place (the others stay).
+        self._only: AbstractSet[str] | None = None
         self._free_by_type = dict(topo.cluster.gpus_by_type)
         if in_place:
             self.free_gpus = topo.total_gpus - self._busy_gpus
@@ -406,7 +408,8 @@ class CyclePlacement:
         other than their gang's count, are the caller's to leave out: one whose GPUs another
         took first raises."""
         bound_at = self._bound_at
-        if (self.in_place or self.placed or self._kept or len(self._free_by_type) > 1
+        if (self.in_place or self.placed or self._kept or self._only is not None
+                or len(self._free_by_type) > 1
                 or any(bound_at.get(j) is None for j in job_ids)):
             return None
         self._hold_all()
@@ -438,9 +441,32 @@ class CyclePlacement:
             return None
         if not self._holding:  # held already (GPUs out of service): one by one
             return self.keep_ahead([j for j in self._bound if j not in walked])
-        if (self.placed or self._kept or len(self._free_by_type) > 1 or self._shared
-                or not self._lost <= walked):
+        if not self._keep_unlisted(walked):
             return None
+        kept = {j: slots for j, slots in self._bound.items() if j not in walked}
+        self._kept.update(kept)
+        self.placed.update(kept)
+        return kept
+
+    def stay_all_but(self, running: Collection[str], walked: AbstractSet[str]) -> bool:
+        """`keep_all_but` for a plan that lists only the jobs it walks (`Plan.stay`): the
+        others stay where they run, unlisted, so the call costs the walked jobs alone.
+        False, with nothing done, where `keep_all_but` would refuse."""
+        if len(self._bound) != len(running) or self._bound.keys() != running:
+            return False
+        if not self._holding:  # held already (GPUs out of service): one by one
+            return self.keep_ahead([j for j in self._bound if j not in walked]) is not None
+        if not self._keep_unlisted(walked):
+            return False
+        self._only = walked
+        return True
+
+    def _keep_unlisted(self, walked: AbstractSet[str]) -> bool:
+        """`keep_all_but`'s state, but for marking the kept jobs kept and placed: only the
+        walked jobs' GPUs held, the others' taken."""
+        if (self.placed or self._kept or self._only is not None or len(self._free_by_type) > 1
+                or self._shared or not self._lost <= walked):
+            return False
         self._holding = False
         self._pending = walked  # held when the cycle is first used (`_hold_all`)
         bound_at = self._bound_at
@@ -448,14 +474,11 @@ class CyclePlacement:
         for job_id in walked:
             for _, m in bound_at.get(job_id) or ():
                 held += m.bit_count()
-        kept = {j: slots for j, slots in self._bound.items() if j not in walked}
-        self._kept.update(kept)
-        self.placed.update(kept)
         taken = self._busy_gpus - held
         self.free_gpus -= taken
         for gpu_type in self._free_by_type:
             self._free_by_type[gpu_type] -= taken
-        return kept
+        return True
 
     def _hold_walked(self, walked: AbstractSet[str]) -> None:
         """The GPUs of the jobs a walk re-places free again, but held for them."""
@@ -524,7 +547,8 @@ class CyclePlacement:
         costs the jobs given up, not those that run. The same state `keep_all_but` and
         `let_go` reach, and refused (False, nothing done) where they would refuse: `running`
         not the jobs bound, or GPUs shared or gone but for given-up jobs."""
-        if (not self._holding or self.placed or self._kept or not self.counts_decide
+        if (not self._holding or self.placed or self._kept or self._only is not None
+                or not self.counts_decide
                 or self._bound.keys() != running or not self._lost <= given_up):
             return False
         self._holding = False
@@ -561,7 +585,8 @@ class CyclePlacement:
     def _keep(self, job_id: str, gpus: int, gpu_type: str | None,
               within: Collection[str] | None = None) -> GpuSlots | None:
         """Give a running job back its own GPUs if they are all still free (and allowed)."""
-        if job_id not in self._bound or job_id in self._kept:
+        if (job_id not in self._bound or job_id in self._kept
+                or (self._only is not None and job_id not in self._only)):
             return None
         if self.in_place:
             raise ValueError(f"job {job_id} runs in place this cycle: it is not placed again")

@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike
 
 from domain.overhead import OverheadModel
 from domain.placement import Scheme
+from domain.progress import iterations_left
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
@@ -57,7 +58,7 @@ class JobView(NamedTuple):
     def make(cls, spec: JobSpec, running: bool, iterations_done: float, attained_s: float,
              preemptions: int = 0, allocated: int | None = None,
              run_since: float | None = None) -> JobView:
-        remaining = remaining_iterations(spec, iterations_done)
+        remaining = iterations_left(spec.iterations, iterations_done)
         held = (spec.gpus if running else 0) if allocated is None else allocated
         # tuple.__new__ rather than cls(...): a third of the cost, and this runs per running
         # job per cycle.
@@ -70,26 +71,20 @@ class JobView(NamedTuple):
         return self.attained_s * self.gpus
 
 
-def remaining_iterations(spec: JobSpec, iterations_done: float) -> float:
-    """Iterations left, never below zero (`JobView.remaining_iterations`)."""
-    remaining = spec.iterations - iterations_done
-    return 0.0 if remaining < 0.0 else remaining
-
-
 class RunningJobs(Sequence[JobView]):
     """A snapshot's running jobs in admission order, their views made when first read: a cycle
     whose policy reads none of them (an in-place cycle of a policy that keeps its running
     jobs' ranks itself) does not pay for a view of every running job.
 
-    `ids`, `reported`, `irregular`, `spec_of` and `done_of` are read without making views:
+    `ids`, `reported`, `irregular`, `spec_of` and `left_of` are read without making views:
     which jobs run, which of them a node reported progress for since the previous cycle (a
     report replaces the estimate, so it may set a job back), which of them a walk may not
     simply give back their GPUs (`JobTable.irregular`), a running job's spec (None for a job
-    not running) and its iterations done as its view would hold them, all a walk needs of a
-    running job it does not rank by its view. Read it while the cycle plans; the scheduler
-    closes it after."""
+    not running), and its spec with the seconds it has left as its view would hold them
+    (`JobView.remaining_s`), all a walk needs of a running job it does not rank by its view.
+    Read it while the cycle plans; the scheduler closes it after."""
 
-    __slots__ = ("_make", "_order", "_views", "done_of", "ids", "irregular", "reported",
+    __slots__ = ("_make", "_order", "_views", "ids", "irregular", "left_of", "reported",
                  "spec_of")
 
     def __init__(self, ids: Collection[str], make: Callable[[], tuple[JobView, ...]],
@@ -97,12 +92,12 @@ class RunningJobs(Sequence[JobView]):
                  order: Callable[[Iterable[str]], list[str]] | None = None,
                  irregular: Collection[str] = (),
                  spec_of: Callable[[str], JobSpec | None] | None = None,
-                 done_of: Callable[[str], float] | None = None) -> None:
+                 left_of: Callable[[str], tuple[JobSpec, float]] | None = None) -> None:
         self.ids = ids
         self.reported = reported
         self.irregular = irregular
         self.spec_of = spec_of
-        self.done_of = done_of
+        self.left_of = left_of
         self._make: Callable[[], tuple[JobView, ...]] | None = make
         self._order = order
         self._views: tuple[JobView, ...] | None = None
@@ -143,16 +138,12 @@ class RunningJobs(Sequence[JobView]):
 
 
 def running_remaining_s(snap: Snapshot, job_id: str) -> tuple[JobSpec, float] | None:
-    """A running job's spec and the seconds it has left (`JobView.remaining_s`, the same
-    arithmetic), without its view; None where the snapshot's running jobs give neither."""
+    """A running job's spec and the seconds it has left (`JobView.remaining_s`), without its
+    view; None where the snapshot's running jobs do not give them (`RunningJobs.left_of`)."""
     running = snap.running
-    if not isinstance(running, RunningJobs) or running.done_of is None:
+    if not isinstance(running, RunningJobs) or running.left_of is None:
         return None
-    spec = running.spec_of(job_id) if running.spec_of is not None else None
-    if spec is None:
-        return None
-    left = remaining_iterations(spec, running.done_of(job_id))
-    return spec, left * spec.iteration_time_s
+    return running.left_of(job_id)
 
 
 def running_specs(snap: Snapshot) -> Callable[[str], JobSpec | None] | None:
@@ -240,6 +231,12 @@ class Fitter(Protocol):
         (`CyclePlacement.keep_all_but`)."""
         ...
 
+    def stay_all_but(self, running: Collection[str], walked: AbstractSet[str]) -> bool:
+        """`keep_all_but` for a plan that lists only what it walks (`Plan.stay`): the others
+        stay, unlisted; False, with nothing done, where it would refuse
+        (`CyclePlacement.stay_all_but`)."""
+        ...
+
 
 @dataclass
 class Plan:
@@ -264,7 +261,8 @@ class Plan:
     # fitter's explanation: later waiting jobs of those sizes were not tried.
     unfit_sizes: dict[int, str] = field(default_factory=dict)
     # Every running job stays where it is (an in-place cycle) but those `preempted`; `run`
-    # then lists only the jobs that start.
+    # then lists the jobs that start, and any running job a walk re-placed (where it runs,
+    # or elsewhere: it moves).
     stay: bool = False
     preempted: set[str] = field(default_factory=set)
 

@@ -127,6 +127,9 @@ class FitterGate:
                      ) -> dict[str, GpuSlots] | None:
         return None  # as `keep_ahead`
 
+    def stay_all_but(self, running: Collection[str], walked: AbstractSet[str]) -> bool:
+        return False  # as `keep_ahead`
+
     def explain(self, gpus: int) -> str:
         if self._last_refusal is not None:
             return self._last_refusal

@@ -215,10 +215,21 @@ class OrderedPolicy(Policy):
             plan.stay = True
             self.settle(snap, plan, [])
         else:
-            kept, running = self._walk_start(snap, fit)
             spec_of = None if self.views_for_keys else running_specs(snap)
-            plan = greedy_fill(self.streams(running), snap.jobs, fit, self.name, kept, spec_of)
-            self.settle(snap, plan, running, every=not kept)
+            walked, running = self._behind_first(snap), snap.running
+            if (walked is not None and isinstance(running, RunningJobs)
+                    and fit.stay_all_but(running.ids, {jid for _, jid in walked})):
+                # Those ahead stay where they run, unlisted: the plan lists what it walks.
+                plan = greedy_fill(self.streams(walked), snap.jobs, fit, self.name, None,
+                                   spec_of)
+                plan.stay = True
+                plan.preempted = {jid for _, jid in walked if jid not in plan.run}
+                self.settle(snap, plan, walked, every=False)
+            else:
+                ranked = self.running_keys(snap)
+                plan = greedy_fill(self.streams(ranked), snap.jobs, fit, self.name, None,
+                                   spec_of)
+                self.settle(snap, plan, ranked)
         self._last = plan
         return plan
 
@@ -226,15 +237,27 @@ class OrderedPolicy(Policy):
                     ) -> tuple[dict[str, GpuSlots], list[Rank]]:
         """A full walk's start: the running jobs that rank ahead of every waiting job, given
         back their GPUs at once (the walk would re-place each where it is before it reached
-        a waiting job), and the other running jobs' ranks, sorted. With bounded keys a job
-        whose bound ranks ahead is known to be ahead without its key; else every running
-        job is ranked and none kept, as where a job that may not simply get its GPUs back
-        (`RunningJobs.irregular`) ranks ahead: the walk's state when it reaches that job
-        depends on which of those before it it has re-placed."""
+        a waiting job), and the other running jobs' ranks, sorted (`_behind_first`); else
+        none kept and every running job ranked."""
+        walked, running = self._behind_first(snap), snap.running
+        if walked is not None and isinstance(running, RunningJobs):
+            kept = fit.keep_all_but(running.ids, {jid for _, jid in walked})
+            if kept is not None:
+                return kept, walked
+        return {}, self.running_keys(snap)
+
+    def _behind_first(self, snap: Snapshot) -> list[Rank] | None:
+        """The ranks, sorted, of the running jobs that rank behind the first waiting job: the
+        others a full walk would re-place where they run before it reached a waiting job.
+        With bounded keys a job whose bound ranks ahead is known to be ahead without its
+        key. None where every running job is to be ranked and walked: keys not bounded, no
+        waiting job, or a job that may not simply get its GPUs back (`RunningJobs.irregular`)
+        ahead, since the walk's state when it reaches that job depends on which of those
+        before it it has re-placed."""
         running = snap.running
         heads = [b[0] for b in self._buckets.values() if b]
         if not (heads and self.keys_fall and isinstance(running, RunningJobs) and running.ids):
-            return {}, self.running_keys(snap)
+            return None
         key_of = self._key_of(snap)
         self._bounds.take_reports(running, key_of)
         first, irregular = min(heads), running.irregular
@@ -243,14 +266,12 @@ class OrderedPolicy(Policy):
             item = (key_of(jid), jid)
             if item >= first:
                 ranked.append(item)
-        walked = {jid for _, jid in ranked}
-        kept = None
-        if not (irregular and any(jid not in walked for jid in irregular)):
-            kept = fit.keep_all_but(running.ids, walked)
-        if kept is None:
-            return {}, self.running_keys(snap)
+        if irregular:
+            walked = {jid for _, jid in ranked}
+            if any(jid not in walked for jid in irregular):
+                return None
         ranked.sort()
-        return kept, ranked
+        return ranked
 
     def settle(self, snap: Snapshot, plan: Plan, running: list[Rank],
                every: bool = True) -> None:
@@ -273,9 +294,11 @@ class OrderedPolicy(Policy):
         theirs taken at the next check (a job's first estimate starts from its last report,
         which its waiting key may not know)."""
         bounds = self._bounds
-        if not plan.stay and every:
+        if plan.stay and not running:  # in place: no running job walked
+            pass
+        elif every:
             bounds.reset([(k, jid) for k, jid in running if jid in plan.run])
-        elif not plan.stay:
+        else:
             bounds.retake(running, plan.run)
         for jid in islice(plan.run, plan.kept, None):  # those kept ahead keep theirs
             if jid not in bounds:

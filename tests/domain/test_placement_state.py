@@ -64,25 +64,25 @@ def take_out(topo: Topology, cl: ClusterSpec, pairs: list[tuple[int, int]]) -> s
 @settings(max_examples=300, deadline=None)
 @given(cl=clusters(), scheme=st.sampled_from(SCHEMES),
        cycles=st.lists(st.tuples(cycle_ops, st.booleans(), out_of_service, st.integers(0, 8),
-                                 st.booleans()),
+                                 st.sampled_from(["named", "all-but", "all-but-unlisted"])),
                        min_size=1, max_size=6),
        cordon=st.lists(st.integers(0, 11), max_size=2))
 def test_kept_and_indexed_places_as_a_fresh_scan(
         cl: ClusterSpec, scheme: str,
         cycles: list[tuple[list[tuple[int, int, str | None, bool]], bool,
-                           list[tuple[int, int]] | None, int, bool]],
+                           list[tuple[int, int]] | None, int, str]],
         cordon: list[int]) -> None:
     """Each cycle may be opened in place: the reference then re-places every running job
     where it was first (what an in-place cycle stands for) and places only the others.
     Opened in full, the first `ahead` running jobs may be kept ahead at once (named, or as
-    all but the others): the reference re-places each of them first. GPUs out of service
-    (health) change between cycles: no job is given one it did not hold."""
+    all but the others, listed or not): the reference re-places each of them first. GPUs
+    out of service (health) change between cycles: no job is given one it did not hold."""
     topo = Topology(cl)
     cordoned = {cl.nodes[i % len(cl.nodes)].node_id for i in cordon}
     out: set[tuple[str, int]] = set()
     kept = CyclePlacement(topo, scheme, cordoned=cordoned, index_from=1)  # type: ignore[arg-type]
     running: dict[str, GpuSlots] = {}
-    for n, (ops, in_place, pairs, ahead, all_but) in enumerate(cycles):
+    for n, (ops, in_place, pairs, ahead, keep) in enumerate(cycles):
         in_place = in_place and scheme != "yarn" and n > 0  # yarn re-packs running jobs
         if pairs is not None and n:
             out = take_out(topo, cl, pairs)
@@ -94,15 +94,18 @@ def test_kept_and_indexed_places_as_a_fresh_scan(
         first = sorted(running) if in_place else sorted(running)[:ahead]
         if first and not in_place:
             rest = sorted(running)[ahead:]
-            got_ahead = (kept.keep_all_but(running.keys(), set(rest)) if all_but
-                         else kept.keep_ahead(first))
+            got_ahead = (kept.keep_ahead(first) if keep == "named"
+                         else kept.keep_all_but(running.keys(), set(rest)) if keep == "all-but"
+                         else kept.stay_all_but(running.keys(), set(rest)) or None)
             if scheme == "yarn" or len(cl.gpus_by_type) > 1:  # nothing bound; a profile's pick
                 assert got_ahead is None
                 first = []
             else:
-                assert got_ahead == {job: running[job] for job in first}
+                if keep != "all-but-unlisted":
+                    assert got_ahead == {job: running[job] for job in first}
                 assert kept.keep_ahead(first[:1]) is None  # once, first thing in a cycle
                 assert kept.keep_all_but(running.keys(), set(rest)) is None
+                assert not kept.stay_all_but(running.keys(), set(rest))
         for job in first:
             slots = running[job]
             assert fresh.try_place(job, sum(len(g) for _, g in slots)) == slots
@@ -190,13 +193,16 @@ def _two_nodes_running() -> CyclePlacement:
                           previous={"a": (("n0", (0, 1, 2)),), "b": (("n1", (0, 1)),)})
 
 
-@pytest.mark.parametrize("keep", [
-    pytest.param(lambda fit: fit.keep_ahead(["a"]), id="named"),
-    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, {"b"}), id="all-but-the-walked"),
+@pytest.mark.parametrize(("keep", "told"), [
+    pytest.param(lambda fit: fit.keep_ahead(["a"]), {"a": (("n0", (0, 1, 2)),)}, id="named"),
+    pytest.param(lambda fit: fit.keep_all_but({"a", "b"}, {"b"}), {"a": (("n0", (0, 1, 2)),)},
+                 id="all-but-the-walked"),
+    pytest.param(lambda fit: fit.stay_all_but({"a", "b"}, {"b"}), True,
+                 id="all-but-the-walked-unlisted"),
 ])
 @pytest.mark.parametrize("opening", ["untouched", "index-asked-first", "index-asked-in-place"])
 def test_a_job_kept_ahead_is_no_longer_there_to_displace(
-        keep: Callable[[CyclePlacement], object], opening: str) -> None:
+        keep: Callable[[CyclePlacement], object], told: object, opening: str) -> None:
     fit = _two_nodes_running()
     if opening == "index-asked-first":
         assert fit.largest_block() == 4  # the index asked: it must learn of the keep
@@ -204,7 +210,7 @@ def test_a_job_kept_ahead_is_no_longer_there_to_displace(
         fit.next_cycle(in_place=True)
         assert fit.largest_block() == 2
         fit.next_cycle()
-    assert keep(fit) == {"a": (("n0", (0, 1, 2)),)}
+    assert keep(fit) == told
     assert (fit.free_gpus, fit.largest_block()) == (5, 4)
     # No node has 3 unheld GPUs; only b's node has 3 a gang may take, displacing b.
     assert fit.try_place("c", 3) == (("n1", (0, 2, 3)),)  # its unheld GPUs first
@@ -248,6 +254,7 @@ def test_keep_all_but_refuses_where_keeping_them_ahead_might_not(
     prepare(fit)
     free = fit.free_gpus
     assert fit.keep_all_but(set(running), set(walked)) is None
+    assert not fit.stay_all_but(set(running), set(walked))
     assert fit.free_gpus == free  # nothing done
 
 

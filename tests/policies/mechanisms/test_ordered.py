@@ -21,7 +21,7 @@ from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import StatusCode
 from tests.builders import ReadViews, cluster, make_job, view
-from tests.policies.driver import Driver
+from tests.policies.driver import Driver, running_after
 
 ORDERED = ("fifo", "srtf", "srsf")
 
@@ -361,29 +361,34 @@ def overtaken() -> Overtaken:
     return Overtaken(policy, fit, started, running)
 
 
-@pytest.mark.parametrize(("irregular", "read"), [
-    pytest.param(frozenset(), {"b"}, id="the-job-ahead-kept-unread"),
-    pytest.param(frozenset({"a"}), {"a", "b"}, id="a-job-ahead-sharing-gpus-is-walked"),
-    pytest.param(frozenset({"b"}), {"b"}, id="a-job-behind-sharing-gpus-is-walked-anyway"),
+@pytest.mark.parametrize(("irregular", "read", "listed"), [
+    pytest.param(frozenset(), {"b"}, False, id="the-job-ahead-stays-unread-unlisted"),
+    pytest.param(frozenset({"a"}), {"a", "b"}, True, id="a-job-ahead-sharing-gpus-is-walked"),
+    pytest.param(frozenset({"b"}), {"b"}, False,
+                 id="a-job-behind-sharing-gpus-is-walked-anyway"),
 ])
 def test_a_full_walk_ranks_only_the_running_jobs_that_may_rank_behind_a_waiting_one(
-        irregular: frozenset[str], read: set[str]) -> None:
-    """c displaces b (`overtaken`). The walk gives a its GPUs back without reading it, unless
-    a may not simply get them back (`RunningJobs.irregular`): then it walks every running
-    job."""
+        irregular: frozenset[str], read: set[str], listed: bool) -> None:
+    """c displaces b (`overtaken`). The walk leaves a where it runs without reading it, and
+    the plan lists only what it walked (`Plan.stay`), unless a may not simply get its GPUs
+    back (`RunningJobs.irregular`): then it walks and lists every running job."""
     case = overtaken()
     views = ReadViews(case.views)
     plan = case.policy.plan(_snapshot(views, ["a", "b"], irregular=irregular), case.fit)
-    assert plan.run == {"a": case.started["a"], "c": case.started["b"]}
+    after = running_after(plan, case.started)
+    assert after == {"a": case.started["a"], "c": case.started["b"]}
+    assert plan.stopped(case.started) == ["b"]
+    assert ("a" in plan.run) is listed
     assert views.read - {"c", "d"} == read
 
 
 def test_after_a_full_walk_the_kept_jobs_bounds_stand() -> None:
-    """a is kept ahead unread, c displaces b (`overtaken`). The next check takes the key of
+    """a stays ahead unread, c displaces b (`overtaken`). The next check takes the key of
     c, which started, and of the last running job again (c), but not a's: its bound stands."""
     case = overtaken()
     plan = case.policy.plan(_snapshot(case.views, ["a", "b"]), case.fit)
-    assert plan.run == {"a": case.started["a"], "c": case.started["b"]}
+    assert running_after(plan, case.started) == {"a": case.started["a"],
+                                                  "c": case.started["b"]}
     after = ReadViews({**case.views, "b": view(case.views["b"].spec),
                        "c": view(case.views["c"].spec, True)})
     assert case.policy.running_stays(_snapshot(after, ["a", "c"]))
@@ -488,8 +493,9 @@ def test_remaining_time_ranks_a_running_job_from_its_record(
     done where the snapshot gives them without views, the very key its view would give."""
     a = make_job("a").gpus(2).iterations(120).submit(3.0).build()
     views = ReadViews({"a": view(a, True, done)})
+    left = {"a": (a, view(a, True, done).remaining_s)}
     running = RunningJobs(["a"], lambda: (views["a"],), spec_of={"a": a}.get,
-                          done_of={"a": done}.__getitem__ if with_record else None)
+                          left_of=left.__getitem__ if with_record else None)
     snap = Snapshot(0.0, cluster(1, 4), MappingProxyType(views), running)
     policy = policies.make(name)
     assert policy.running_key("a", snap) == policy.key(view(a, True, done))
