@@ -49,22 +49,22 @@ def keep_in_plan(run: dict[str, GpuSlots], kept: int, groups: Mapping[str, tuple
     that share GPUs (in a group now or before) are left as placed."""
     if scheme in FIXED_SCHEMES or len(run) <= kept:
         return
-    for job_id, slots in islice(run.items(), kept, None):  # most cycles move no running job
-        rec = running.get(job_id)
-        if (rec is not None and rec.placement is not slots and rec.placement != slots
-                and not rec.group and not groups.get(job_id)):
-            break
-    else:
-        return
+    # A running job placed where it runs takes no part in either way: the GPUs it keeps are
+    # no other job's old ones, and it neither moves nor is dealt other GPUs. So a cycle costs
+    # the jobs it starts and moves, not those it walked and left in place.
     changed: list[tuple[str, GpuSlots]] = []
     was: dict[str, GpuSlots] = {}  # the running ones among them: where they run now
     for job_id, slots in islice(run.items(), kept, None):
         if groups.get(job_id):
             continue
-        changed.append((job_id, slots))
         rec = running.get(job_id)
-        if rec is not None and not rec.group:
+        if rec is None or rec.group:
+            changed.append((job_id, slots))
+        elif rec.placement is not slots and rec.placement != slots:
+            changed.append((job_id, slots))
             was[job_id] = rec.placement
+    if not was:  # most cycles move no running job
+        return
     nvlink, out = topology.nvlink, topology.out
 
     def swappable(node: str) -> bool:

@@ -310,3 +310,22 @@ def test_trading_keeps_each_nodes_gpus_and_sends_no_running_job_away_from_home(
     assert home(changed) <= home(traded)
     if trades:  # every swap sends at least the job it was for home
         assert len(home(traded)) > len(home(changed))
+
+
+@given(st.one_of(cycles(), gang_moves()))
+def test_running_jobs_placed_where_they_run_change_nothing_traded_or_dealt(
+        cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]]) -> None:
+    """`keep_in_plan` leaves out the running jobs a cycle placed where they run: it keeps the
+    plan both ways would make with every job of the cycle in them."""
+    changed, was = cycle
+    running = {j: Rec(slots) for j, slots in was.items()}
+    topo = Topology(cluster(2, 8))
+    expected = dict(changed)
+    moved = {j: old for j, old in was.items() if j in changed}
+    if any(changed[j] != old for j, old in moved.items()):
+        traded = trade_nodes(changed.items(), moved, everywhere, topo.type_of)
+        expected.update(traded)
+        expected.update(deal_indices(expected.items(), moved, everywhere))
+    run = dict(changed)
+    keep_in_plan(run, 0, {}, running, topo, "consolidated")
+    assert run == expected
