@@ -205,3 +205,9 @@ def seconds_to_finish(remaining: float, total: float, segments: Segments) -> flo
         if done >= total:
             break
     return seconds
+
+
+def iterations_left(iterations: float, done: float) -> float:
+    """Iterations a job has left, never below zero (a run may overshoot its last)."""
+    left = iterations - done
+    return 0.0 if left < 0.0 else left

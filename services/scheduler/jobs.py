@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from domain.compiled import mypyc_attr
-from domain.progress import CATCH_UP_CYCLES, RunProgress, attained_many, charge_many
+from domain.progress import (
+    CATCH_UP_CYCLES,
+    RunProgress,
+    attained_many,
+    charge_many,
+    iterations_left,
+)
 from policies.base import JobView
 from schemas import subjects
 from schemas.causes import Cause
@@ -291,12 +297,14 @@ class JobTable(Mapping[str, JobRecord]):
         rec = self.running.get(job_id)
         return None if rec is None else rec.spec
 
-    def running_done(self, job_id: str) -> float:
-        """A running job's iterations done, charged up to the last cycle, as its view would
-        hold them, without making the view (a walk ranks many by remaining time)."""
+    def running_left(self, job_id: str) -> tuple[JobSpec, float]:
+        """A running job's spec and the seconds it has left, charged up to the last cycle, as
+        its view would hold them (`JobView.remaining_s`), without making the view: a walk
+        ranks many by remaining time."""
         rec = self.running[job_id]
         self.sync(rec)
-        return rec.iterations_done
+        spec = rec.spec
+        return spec, iterations_left(spec.iterations, rec.iterations_done) * spec.iteration_time_s
 
     def busy_gpus(self) -> int:
         """GPUs the running jobs hold, each counted once: only a co-located group's members

@@ -163,14 +163,15 @@ def test_a_running_jobs_spec_is_read_without_charging_it() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(steps=st.lists(st.tuples(st.sampled_from(["cycle", "cycle", "read", "stop"]),
+@given(steps=st.lists(st.tuples(st.sampled_from(["cycle", "cycle", "read", "left", "stop"]),
                                 st.integers(0, 2), st.floats(0.1, 400.0)),
                       min_size=1, max_size=40),
        catch_up=st.sampled_from([2, 3, 64]))
 def test_cycles_charged_lazily_give_the_figures_of_an_eager_charge(
         steps: list[tuple[str, int, float]], catch_up: int) -> None:
     """Three running jobs, cycles at growing times, reads and stops in between: what a read
-    or a stop finds is bit for bit what charging every running job at every cycle gives."""
+    or a stop finds is bit for bit what charging every running job at every cycle gives, as
+    is the time left a walk reads without a view (`running_left`)."""
     table = JobTable()
     eager: dict[str, JobRecord] = {}
     for i in range(3):
@@ -196,6 +197,9 @@ def test_cycles_charged_lazily_give_the_figures_of_an_eager_charge(
                     twin.account(now, twin.run.per_event_s)
                 continue
             if jid not in eager:
+                continue
+            if what == "left":
+                assert table.running_left(jid) == (eager[jid].spec, eager[jid].view().remaining_s)
                 continue
             got = table[jid] if what == "read" else table.clear_running(jid)
             twin = eager[jid] if what == "read" else eager.pop(jid)
