@@ -137,13 +137,11 @@ class RunningJobs(Sequence[JobView]):
         return iter(self.views())
 
 
-def running_remaining_s(snap: Snapshot, job_id: str) -> tuple[JobSpec, float] | None:
+def running_left_of(snap: Snapshot) -> Callable[[str], tuple[JobSpec, float]] | None:
     """A running job's spec and the seconds it has left (`JobView.remaining_s`), without its
-    view; None where the snapshot's running jobs do not give them (`RunningJobs.left_of`)."""
+    view (`RunningJobs.left_of`); None where the snapshot's running jobs do not give them."""
     running = snap.running
-    if not isinstance(running, RunningJobs) or running.left_of is None:
-        return None
-    return running.left_of(job_id)
+    return running.left_of if isinstance(running, RunningJobs) else None
 
 
 def running_specs(snap: Snapshot) -> Callable[[str], JobSpec | None] | None:

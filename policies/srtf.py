@@ -1,21 +1,12 @@
 from __future__ import annotations
 
-from policies.base import JobView, Snapshot, running_remaining_s
-from policies.mechanisms.ordered import Key, OrderedPolicy
+from policies.mechanisms.ordered import Key, TimeLeftOrder
+from schemas.job import JobSpec
 
 
-class Srtf(OrderedPolicy):
+class Srtf(TimeLeftOrder):
     name = "srtf"
     description = "Shortest remaining time first, preemptive (Muri's `shortest`; needs durations)"
-    keys_fall = True  # remaining time only shrinks while a job runs
-    views_for_keys = False  # a running job's key from its record (`running_key`)
 
-    def key(self, job: JobView) -> Key:
-        return (job.remaining_s, job.spec.submit_time_s, job.job_id)
-
-    def running_key(self, job_id: str, snap: Snapshot) -> Key:
-        known = running_remaining_s(snap, job_id)
-        if known is None:  # no view-free progress: from the view, as every policy
-            return super().running_key(job_id, snap)
-        spec, remaining_s = known
-        return (remaining_s, spec.submit_time_s, job_id)
+    def key_left(self, spec: JobSpec, left_s: float) -> Key:
+        return (left_s, spec.submit_time_s, spec.job_id)
