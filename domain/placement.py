@@ -39,7 +39,7 @@ same rules then apply to the nodes of that type only; without a type any node ma
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
@@ -479,6 +479,58 @@ class CyclePlacement:
         for gpu_type in self._free_by_type:
             self._free_by_type[gpu_type] -= taken
         return True
+
+    def keep_in_turn(self, job_ids: Sequence[str], gpus: Sequence[int], below: int,
+                     start: int = 0) -> list[GpuSlots | None]:
+        """Running jobs a walk reaches one after another (`job_ids[start:]`), each given back
+        its own GPUs as `try_place(job_ids[k], gpus[k])` would (`_keep`) where they are all
+        still free and as many as it asks for, or passed over (None) where it asks for
+        `below` GPUs or more, or more than are free, as a walk passes over a gang that can no
+        longer fit. Stops, with nothing done to it, at the first it cannot decide so (the
+        walk places it as any job), or once no GPU is free (the walk ends); one entry per job
+        decided, in order. Nothing where a GPU type or GPUs out of service would make
+        `try_place` judge otherwise."""
+        out: list[GpuSlots | None] = []
+        if self.in_place or self._out or len(self._free_by_type) > 1:
+            return out
+        if self._holding or self._pending is not None:
+            self._hold_all()
+        bound, bound_at, kept, only = self._bound, self._bound_at, self._kept, self._only
+        dirty, stale = self._dirty, self._stale if self._indexes else None
+        for k in range(start, len(job_ids)):
+            if self.free_gpus <= 0:
+                break
+            job_id, g = job_ids[k], gpus[k]
+            if g >= below or g > self.free_gpus:
+                out.append(None)
+                continue
+            if g <= 0 or job_id in kept or (only is not None and job_id not in only):
+                break
+            at = bound_at.get(job_id)
+            if at is None:  # not running here, or its GPUs are gone
+                break
+            count = 0
+            for node, m in at:
+                if node.free & m != m:
+                    count = -1
+                    break
+                count += m.bit_count()
+            if count != g:
+                break
+            kept.add(job_id)
+            for node, m in at:
+                node.held &= ~m
+                node.free &= ~m
+                dirty[node.pos] = node  # as `_moved`
+                if stale is not None:
+                    stale[node.pos] = node
+            slots = bound[job_id]
+            self.placed[job_id] = slots
+            self.free_gpus -= g
+            for gpu_type in self._free_by_type:  # one type
+                self._free_by_type[gpu_type] -= g
+            out.append(slots)
+        return out
 
     def _hold_walked(self, walked: AbstractSet[str]) -> None:
         """The GPUs of the jobs a walk re-places free again, but held for them."""

@@ -235,6 +235,15 @@ class Fitter(Protocol):
         (`CyclePlacement.stay_all_but`)."""
         ...
 
+    def keep_in_turn(self, job_ids: Sequence[str], gpus: Sequence[int], below: int,
+                     start: int = 0) -> list[GpuSlots | None]:
+        """Running jobs a walk reaches one after another (`job_ids[start:]`), each given back
+        its own GPUs as `try_place(job_id, gpus)` would, or passed over (None) where it asks
+        for `below` GPUs or more, or more than are free; stops, with nothing done to it, at
+        the first it cannot decide so. One entry per job decided
+        (`CyclePlacement.keep_in_turn`)."""
+        ...
+
 
 @dataclass
 class Plan:
@@ -369,35 +378,102 @@ def greedy_fill(streams: Iterable[Stream], jobs: Mapping[str, JobView], fit: Fit
     unfit = plan.unfit_sizes if fit.fails_by_size else None
     while heads and fit.free_gpus > 0:
         limit = min(smallest_unfit, fit.free_gpus + 1)
-        _, job_id, i = heapq.heappop(heads)
+        key, job_id, i = heapq.heappop(heads)
         size, items = sources[i]
-        if size is not None and (size >= limit or (unfit and size in unfit)):
+        if _dropped(size, limit, unfit):
             continue  # nothing in this stream can fit any more
+        if size is None and running_spec is not None:
+            smallest_unfit, odd = _keep_in_turn(plan, (key, job_id), i, sources, heads, fit,
+                                                running_spec, smallest_unfit, limit, unfit,
+                                                decided_by)
+            if odd is None:
+                continue
+            job_id, limit = odd, min(smallest_unfit, fit.free_gpus + 1)
         spec, running = _spec_of(job_id, size, jobs, running_spec)
         g = size if size is not None else spec.gpus
         if g < limit and not (unfit and g in unfit and not running):
-            slots = (fit.try_place(job_id, g) if spec.throughputs is None  # most jobs
-                     else place_runnable(fit, spec, g))
-            if slots is not None:
-                plan.run[job_id] = slots
-            else:
-                plan.blocked[job_id] = Status(
-                    code=StatusCode.WAITING_FOR_CONSOLIDATED_GPUS,
-                    reason=fit.explain(g),
-                    decided_by=decided_by,
-                )
-                if fit.monotone and g < smallest_unfit:
-                    smallest_unfit = g
-                    plan.unfit_from, plan.fragmented = g, plan.blocked[job_id].reason
-                # A waiting job free to use any GPU type failed at this size: so would any
-                # later waiting one (a running job may still keep its own GPUs).
-                if unfit is not None and not running and any_type(spec):
-                    unfit[g] = plan.blocked[job_id].reason
+            smallest_unfit = _place(plan, fit, job_id, spec, g, running, smallest_unfit, unfit,
+                                    decided_by)
         nxt = next(items, None)
         if nxt is not None:
             heapq.heappush(heads, (nxt[0], nxt[1], i))
     plan.free_gpus = fit.free_gpus
     return plan
+
+
+def _place(plan: Plan, fit: Fitter, job_id: str, spec: JobSpec, g: int, running: bool,
+           smallest_unfit: int, unfit: dict[int, str] | None, decided_by: str) -> int:
+    """One step of `greedy_fill`'s walk: the job placed (`g` GPUs), or why not; the smallest
+    gang size known not to fit after it."""
+    slots = (fit.try_place(job_id, g) if spec.throughputs is None  # most jobs
+             else place_runnable(fit, spec, g))
+    if slots is not None:
+        plan.run[job_id] = slots
+        return smallest_unfit
+    reason = fit.explain(g)
+    plan.blocked[job_id] = Status(code=StatusCode.WAITING_FOR_CONSOLIDATED_GPUS, reason=reason,
+                                  decided_by=decided_by)
+    if fit.monotone and g < smallest_unfit:
+        smallest_unfit = g
+        plan.unfit_from, plan.fragmented = g, reason
+    # A waiting job free to use any GPU type failed at this size: so would any later waiting
+    # one (a running job may still keep its own GPUs).
+    if unfit is not None and not running and any_type(spec):
+        unfit[g] = reason
+    return smallest_unfit
+
+
+def _dropped(size: int | None, limit: int, unfit: dict[int, str] | None) -> bool:
+    """Whether a stream of gangs of `size` GPUs can place nothing more in this walk (sizes
+    only get less likely to fit as it goes on)."""
+    return size is not None and (size >= limit or bool(unfit and size in unfit))
+
+
+def _keep_in_turn(plan: Plan, first: tuple[Any, str], i: int, sources: list[Stream],
+                  heads: list[tuple[Any, str, int]], fit: Fitter,
+                  running_spec: Callable[[str], JobSpec | None], smallest_unfit: int,
+                  limit: int, unfit: dict[int, str] | None, decided_by: str
+                  ) -> tuple[int, str | None]:
+    """`greedy_fill`'s walk over the running jobs of mixed stream `i` that come one after
+    another, `first` (just taken from the heads) first, before the next job of any stream
+    that may still place one: those given back their own GPUs, as most are, are kept and
+    those too wide for the walk now passed over, many at a time (`Fitter.keep_in_turn`);
+    the others are placed one by one as any job. Returns the smallest gang size known not
+    to fit, and a job of the stream to place next as any (a waiting one, or one placed
+    type by type: the stream resumes after it), else None with the stream's next job, if
+    any, back among the heads."""
+    live = [(k, jid) for k, jid, s in heads if not _dropped(sources[s][0], limit, unfit)]
+    stop = min(live) if live else None
+    items = sources[i][1]
+    ids: list[str] = []
+    specs: list[JobSpec] = []
+    item: tuple[Any, str] | None = first
+    while item is not None and (stop is None or item < stop):
+        spec = running_spec(item[1])
+        if spec is None or (spec.throughputs is not None and not any_type(spec)):
+            break  # a waiting job, or one placed type by type: the walk places it
+        ids.append(item[1])
+        specs.append(spec)
+        item = next(items, None)
+    gpus = [spec.gpus for spec in specs]
+    at = 0
+    while at < len(ids) and fit.free_gpus > 0:
+        decided = fit.keep_in_turn(ids, gpus, smallest_unfit, at)
+        for k, slots in enumerate(decided, at):
+            if slots is not None:
+                plan.run[ids[k]] = slots
+        at += len(decided)
+        if at < len(ids) and fit.free_gpus > 0:  # one it could not decide: placed as any
+            if gpus[at] < min(smallest_unfit, fit.free_gpus + 1):
+                smallest_unfit = _place(plan, fit, ids[at], specs[at], gpus[at], True,
+                                        smallest_unfit, unfit, decided_by)
+            at += 1
+    if fit.free_gpus <= 0 or item is None:
+        return smallest_unfit, None  # the walk is over, or the stream
+    if stop is not None and item >= stop:  # its next job comes after another stream's
+        heapq.heappush(heads, (item[0], item[1], i))
+        return smallest_unfit, None
+    return smallest_unfit, item[1]
 
 
 def _spec_of(job_id: str, size: int | None, jobs: Mapping[str, JobView],

@@ -38,7 +38,7 @@ docs/queues.md); the fair-share rule is then split per queue (`groups`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -129,6 +129,10 @@ class FitterGate:
 
     def stay_all_but(self, running: Collection[str], walked: AbstractSet[str]) -> bool:
         return False  # as `keep_ahead`
+
+    def keep_in_turn(self, job_ids: Sequence[str], gpus: Sequence[int], below: int,
+                     start: int = 0) -> list[GpuSlots | None]:
+        return []  # as `keep_ahead`
 
     def explain(self, gpus: int) -> str:
         if self._last_refusal is not None:
