@@ -312,16 +312,14 @@ def test_trading_keeps_each_nodes_gpus_and_sends_no_running_job_away_from_home(
         assert len(home(traded)) > len(home(changed))
 
 
-@given(st.one_of(cycles(), gang_moves()))
-def test_running_jobs_placed_where_they_run_change_nothing_traded_or_dealt(
-        cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]]) -> None:
+def _same_without_jobs_left_in_place(changed: dict[str, GpuSlots],
+                                     was: dict[str, GpuSlots]) -> None:
     """`keep_in_plan` leaves out the running jobs a cycle placed where they run: it keeps the
-    plan both ways would make with every job of the cycle in them."""
-    changed, was = cycle
+    plan both ways would make with every job of the cycle in them (in plan order)."""
     running = {j: Rec(slots) for j, slots in was.items()}
     topo = Topology(cluster(2, 8))
     expected = dict(changed)
-    moved = {j: old for j, old in was.items() if j in changed}
+    moved = {j: was[j] for j in changed if j in was}  # in plan order, as `keep_in_plan`
     if any(changed[j] != old for j, old in moved.items()):
         traded = trade_nodes(changed.items(), moved, everywhere, topo.type_of)
         expected.update(traded)
@@ -329,3 +327,19 @@ def test_running_jobs_placed_where_they_run_change_nothing_traded_or_dealt(
     run = dict(changed)
     keep_in_plan(run, 0, {}, running, topo, "consolidated")
     assert run == expected
+
+
+@given(st.one_of(cycles(), gang_moves()))
+def test_running_jobs_placed_where_they_run_change_nothing_traded_or_dealt(
+        cycle: tuple[dict[str, GpuSlots], dict[str, GpuSlots]]) -> None:
+    _same_without_jobs_left_in_place(*cycle)
+
+
+def test_of_two_ways_home_the_plan_order_decides_with_jobs_left_in_place_or_not() -> None:
+    """j3 and j2 may each go home; which is tried first follows the plan, with j1 (left where
+    it runs) in it or not."""
+    _same_without_jobs_left_in_place(
+        {"j1": on(("n0", (0,))), "j2": on(("n0", (1,))), "j3": on(("n1", (0,))),
+         "j5": on(("n1", (1,))), "j0": on(("n0", (2,)))},
+        {"j0": on(("n1", (0,))), "j1": on(("n0", (0,))), "j2": on(("n1", (1,))),
+         "j3": on(("n0", (1,))), "j4": on(("n0", (2,))), "j5": on(("n1", (2,)))})
