@@ -360,11 +360,7 @@ class CyclePlacement:
         # A running job keeps its GPUs even on a drained node; new placements avoid those.
         slots = self._keep(job_id, gpus, gpu_type, within)
         if slots is not None:  # most calls, at scale: nothing to search
-            self.free_gpus -= gpus
-            self.placed[job_id] = slots
-            by_type, type_of = self._free_by_type, self._type_of
-            for node_id, taken in slots:
-                by_type[type_of[node_id]] -= len(taken)
+            self._kept_back(job_id, slots, gpus)
             return slots
         nodes, switches = self._pools.get(gpu_type, (self._nodes, self._switches))
         index = self._indexes.get(gpu_type)
@@ -450,9 +446,10 @@ class CyclePlacement:
 
     def stay_all_but(self, running: Collection[str], walked: AbstractSet[str]) -> bool:
         """`keep_all_but` for a plan that lists only the jobs it walks (`Plan.stay`): the
-        others stay where they run, unlisted, so the call costs the walked jobs alone.
-        False, with nothing done, where `keep_all_but` would refuse."""
-        if len(self._bound) != len(running) or self._bound.keys() != running:
+        others stay where they run, unlisted, so beyond checking `running` against the jobs
+        bound the call costs the walked jobs alone. False, with nothing done, where
+        `keep_all_but` would refuse."""
+        if self._bound.keys() != running:
             return False
         if not self._holding:  # held already (GPUs out of service): one by one
             return self.keep_ahead([j for j in self._bound if j not in walked]) is not None
@@ -486,17 +483,16 @@ class CyclePlacement:
         its own GPUs as `try_place(job_ids[k], gpus[k])` would (`_keep`) where they are all
         still free and as many as it asks for, or passed over (None) where it asks for
         `below` GPUs or more, or more than are free, as a walk passes over a gang that can no
-        longer fit. Stops, with nothing done to it, at the first it cannot decide so (the
-        walk places it as any job), or once no GPU is free (the walk ends); one entry per job
-        decided, in order. Nothing where a GPU type or GPUs out of service would make
-        `try_place` judge otherwise."""
+        longer fit. Stops at the first it cannot decide so, left as `try_place` leaves a job
+        it could not give its own GPUs back before it searches (the walk then places it as
+        any job), or once no GPU is free (the walk ends); one entry per job decided, in
+        order. Nothing where a GPU type or GPUs out of service would make `try_place` judge
+        otherwise."""
         out: list[GpuSlots | None] = []
         if self.in_place or self._out or len(self._free_by_type) > 1:
             return out
         if self._holding or self._pending is not None:
             self._hold_all()
-        bound, bound_at, kept, only = self._bound, self._bound_at, self._kept, self._only
-        dirty, stale = self._dirty, self._stale if self._indexes else None
         for k in range(start, len(job_ids)):
             if self.free_gpus <= 0:
                 break
@@ -504,33 +500,22 @@ class CyclePlacement:
             if g >= below or g > self.free_gpus:
                 out.append(None)
                 continue
-            if g <= 0 or job_id in kept or (only is not None and job_id not in only):
+            if g <= 0:
                 break
-            at = bound_at.get(job_id)
-            if at is None:  # not running here, or its GPUs are gone
+            slots = self._keep(job_id, g, None)
+            if slots is None:
                 break
-            count = 0
-            for node, m in at:
-                if node.free & m != m:
-                    count = -1
-                    break
-                count += m.bit_count()
-            if count != g:
-                break
-            kept.add(job_id)
-            for node, m in at:
-                node.held &= ~m
-                node.free &= ~m
-                dirty[node.pos] = node  # as `_moved`
-                if stale is not None:
-                    stale[node.pos] = node
-            slots = bound[job_id]
-            self.placed[job_id] = slots
-            self.free_gpus -= g
-            for gpu_type in self._free_by_type:  # one type
-                self._free_by_type[gpu_type] -= g
+            self._kept_back(job_id, slots, g)
             out.append(slots)
         return out
+
+    def _kept_back(self, job_id: str, slots: GpuSlots, gpus: int) -> None:
+        """A running job has its own GPUs back (`_keep`): they leave the free count."""
+        self.free_gpus -= gpus
+        self.placed[job_id] = slots
+        by_type, type_of = self._free_by_type, self._type_of
+        for node_id, taken in slots:
+            by_type[type_of[node_id]] -= len(taken)
 
     def _hold_walked(self, walked: AbstractSet[str]) -> None:
         """The GPUs of the jobs a walk re-places free again, but held for them."""

@@ -239,9 +239,9 @@ class Fitter(Protocol):
                      start: int = 0) -> list[GpuSlots | None]:
         """Running jobs a walk reaches one after another (`job_ids[start:]`), each given back
         its own GPUs as `try_place(job_id, gpus)` would, or passed over (None) where it asks
-        for `below` GPUs or more, or more than are free; stops, with nothing done to it, at
-        the first it cannot decide so. One entry per job decided
-        (`CyclePlacement.keep_in_turn`)."""
+        for `below` GPUs or more, or more than are free; stops at the first it cannot decide
+        so, left as `try_place` would leave it before searching, for the walk to place it.
+        One entry per job decided (`CyclePlacement.keep_in_turn`)."""
         ...
 
 
