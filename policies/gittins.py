@@ -58,8 +58,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from domain.overhead import OverheadModel
-from policies.base import Fitter, JobView, Plan, Snapshot, Stream
+from policies.base import Fitter, JobView, Plan, Snapshot
 from policies.mechanisms.ordered import Key
+from policies.mechanisms.walk import Stream
 from policies.tiresias import DiscretisedLas
 from schemas.throughputs import ThroughputTable
 

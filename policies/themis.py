@@ -63,17 +63,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from policies.base import (
-    Fitter,
-    JobView,
-    Plan,
-    Policy,
-    Ranked,
-    Snapshot,
-    greedy_fill,
-    status_for_waiting,
-)
+from policies.base import Fitter, JobView, Plan, Policy, Snapshot, status_for_waiting
 from policies.mechanisms.lp import USABLE, FloatArray, LpStats, as_summary, bucket
+from policies.mechanisms.walk import Ranked, greedy_fill
 from schemas.status import Status
 
 if TYPE_CHECKING:  # cvxpy is imported on first use: it costs about a second at start-up

@@ -21,17 +21,10 @@ from typing import ClassVar
 
 from sortedcontainers import SortedList
 
-from policies.base import (
-    Fitter,
-    JobView,
-    Plan,
-    RunningJobs,
-    Snapshot,
-    greedy_fill,
-    place_counted,
-)
+from policies.base import Fitter, JobView, Plan, RunningJobs, Snapshot
 from policies.mechanisms.counting import count_walk
 from policies.mechanisms.ordered import Key, OrderedPolicy
+from policies.mechanisms.walk import greedy_fill, place_counted
 
 # Tiresias simulator constants (jobs.py): 3 queues; only the first two limits matter.
 QUEUE_LIMITS: tuple[float, ...] = (3250.0, 7200.0)

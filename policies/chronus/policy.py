@@ -18,11 +18,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from domain.overhead import OverheadModel
-from policies.base import Fitter, JobView, Plan, Policy, Snapshot, place_runnable
+from policies.base import Fitter, JobView, Plan, Policy, Snapshot
 from policies.chronus.lease import LeaseProblem, Selection
 from policies.chronus.milp import LeaseSolver
 from policies.chronus.packing import Item, earliest_limit, packable, unpack
 from policies.mechanisms.lp import as_summary
+from policies.mechanisms.walk import place_runnable
 from schemas.status import Status, StatusCode
 from schemas.throughputs import ThroughputTable
 

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 
 from sortedcontainers import SortedList
 
-from policies.base import Fitter, JobView, Stream, merge_heads, typed_fits
+from policies.base import Fitter, JobView
+from policies.mechanisms.walk import Stream, merge_heads, typed_fits
 from schemas.job import JobSpec
 
 __all__ = ["count_walk"]

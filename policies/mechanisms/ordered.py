@@ -16,13 +16,12 @@ from policies.base import (
     Policy,
     RunningJobs,
     Snapshot,
-    Stream,
-    greedy_fill,
     running_left_of,
     running_specs,
     status_for_waiting,
 )
 from policies.mechanisms.bounds import Key, Rank, RunningBounds
+from policies.mechanisms.walk import Stream, greedy_fill
 from schemas.events import GpuSlots
 from schemas.job import JobSpec
 from schemas.status import Status

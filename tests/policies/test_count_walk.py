@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.placement import CyclePlacement
-from policies.base import Plan, greedy_fill
+from policies.base import Plan
+from policies.mechanisms.walk import greedy_fill
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from tests.builders import cluster, make_job, view

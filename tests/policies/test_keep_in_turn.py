@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from domain.placement import CyclePlacement
 from domain.topology import Topology
-from policies.base import Plan, Stream, greedy_fill
+from policies.base import Plan
+from policies.mechanisms.walk import Stream, greedy_fill
 from schemas.cluster import ClusterSpec
 from schemas.events import GpuSlots
 from schemas.job import JobSpec

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from sortedcontainers import SortedList
 
 from domain.placement import CyclePlacement
-from policies.base import JobView, Plan, Stream, place_counted
+from policies.base import JobView, Plan
 from policies.mechanisms.counting import count_walk
+from policies.mechanisms.walk import Stream, place_counted
 from schemas.events import GpuSlots
 from tests.builders import cluster, make_job, view
 from tests.policies.test_count_walk import AHEAD, BESIDE, SPREAD, Walk, walks
