@@ -11,7 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.base import RunningJobs
+from policies.mechanisms.bounds import RunningBounds
 from policies.mechanisms.ordered import OrderedPolicy
+from policies.tiresias import DiscretisedLas
 from schemas.job import JobSpec
 from tests.builders import cluster, make_job, simulate
 
@@ -119,3 +122,55 @@ def test_which_cycles_walk_the_running_jobs(walks: list[int], jobs: list[JobSpec
     assert out.summary["finished"] == len(jobs)
     assert out.summary["preemptions"] == preemptions
     assert len(walks) == walked
+
+
+
+
+def _synced_exactly(rows: list[tuple[int, int, int]], policy: str, nodes: int) -> int:
+    """Runs the trace, checking at every sync that the running jobs' bounds and Tiresias'
+    predicted crossings hold no job that no longer runs, and after it exactly the running
+    jobs; returns how many syncs it checked. Both are synced by count alone
+    (`RunningBounds.take_reports`, `DiscretisedLas._kept`), exact only while the first
+    holds. (A failure inside a cycle is logged and the run goes on: collected, then
+    asserted.)"""
+    checked, wrong = 0, []
+    take_reports, kept = RunningBounds.take_reports, DiscretisedLas._kept
+
+    def check(what: str, held: set[str], running: RunningJobs, after: bool) -> None:
+        nonlocal checked
+        ok = held == running.ids if after else held <= running.ids
+        if not ok:
+            wrong.append((what, sorted(held ^ set(running.ids)), after))
+        checked += 1
+
+    def reports_checked(self: RunningBounds, running: RunningJobs, key_of: object) -> None:
+        check("bounds", set(self.keys()), running, False)
+        take_reports(self, running, key_of)  # type: ignore[arg-type]
+        check("bounds", set(self.keys()), running, True)
+
+    def kept_checked(self: DiscretisedLas, snap: object, running: RunningJobs) -> None:
+        check("crossings", set(self._due), running, False)
+        kept(self, snap, running)  # type: ignore[arg-type]
+        check("crossings", set(self._due), running, True)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(RunningBounds, "take_reports", reports_checked)
+        m.setattr(DiscretisedLas, "_kept", kept_checked)
+        _run(_jobs(rows), policy, nodes, "muri")
+    assert not wrong
+    return checked
+
+@settings(max_examples=40, deadline=None)
+@given(rows=traces, policy=st.sampled_from(["srtf", "tiresias", "las"]),
+       nodes=st.sampled_from([2, 4]))
+def test_bounds_and_predicted_crossings_hold_exactly_the_running_jobs(
+        rows: list[tuple[int, int, int]], policy: str, nodes: int) -> None:
+    _synced_exactly(rows, policy, nodes)
+
+
+@pytest.mark.parametrize("policy", ["srtf", "tiresias", "las"])
+def test_bounds_and_predicted_crossings_are_checked_on_busy_traces(policy: str) -> None:
+    rng = random.Random(7)
+    rows = [(rng.choice([1, 1, 2, 4, 8, 16]), rng.randint(1, 4000), rng.randint(0, 3000))
+            for _ in range(60)]
+    assert _synced_exactly(rows, policy, 2) > 20
