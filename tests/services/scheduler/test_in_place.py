@@ -138,9 +138,10 @@ def _synced_exactly(rows: list[tuple[int, int, int]], policy: str, nodes: int) -
 
     def check(what: str, held: set[str], running: RunningJobs, after: bool) -> None:
         nonlocal checked
-        ok = held == running.ids if after else held <= running.ids
+        ids = set(running.ids)
+        ok = held == ids if after else held <= ids
         if not ok:
-            wrong.append((what, sorted(held ^ set(running.ids)), after))
+            wrong.append((what, sorted(held ^ ids), after))
         checked += 1
 
     def reports_checked(self: RunningBounds, running: RunningJobs, key_of: object) -> None:
