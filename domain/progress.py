@@ -19,8 +19,10 @@ from domain.compiled import mypyc_attr
 
 # Cycles logged before every running job is charged them (the scheduler's estimates and the
 # simulated nodes charge cycles lazily: see `services.scheduler.jobs` and
-# `services.nodeagent.simnode`): the bound on the log. Most runs end or stop sooner.
-CATCH_UP_CYCLES = 64
+# `services.nodeagent.simnode`): the bound on the log. Most runs end or stop sooner. A batch
+# costs a little per job and less per job and cycle, so a longer log costs less in all while
+# its arrays (jobs x cycles) stay small beside the run's memory.
+CATCH_UP_CYCLES = 256
 
 # Speed that changes with progress (a goodput-profiled job's epochs): (iterations done up to,
 # seconds per iteration) pieces, the last open-ended. See `domain.goodput`.
