@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from sortedcontainers import SortedList
 
-from policies.base import Fitter, JobView, Plan, RunningJobs, Snapshot
+from policies.base import Fitter, JobView, Plan, RunningJobs, Snapshot, running_specs
 from policies.mechanisms.counting import count_walk
 from policies.mechanisms.ordered import Key, OrderedPolicy
 from policies.mechanisms.walk import greedy_fill, place_counted
@@ -257,13 +257,19 @@ class DiscretisedLas(OrderedPolicy):
     def _requeue_preempted(self, preempted: list[tuple[Key, str]], snap: Snapshot) -> None:
         """A preempted job keeps its place in the walk: one that ran last cycle goes in front
         of its queue's waiting jobs; one demoted this cycle stays at the back of its new
-        queue."""
+        queue. (Filed by the spec where the running jobs' records give it: a view made now
+        would be out of date once the job stops.)"""
+        spec_of = running_specs(snap)
         for k, jid in sorted(preempted, reverse=True):
             if k[1] == 0:
                 self._front -= 1
                 k = (self._queue[jid], 1, self._front)
                 self._key[jid] = k
-            self._enqueue(snap.jobs[jid], k)
+            spec = None if spec_of is None else spec_of(jid)
+            if spec is None:
+                self._enqueue(snap.jobs[jid], k)
+            else:
+                self._file(jid, spec.gpus, k)
 
     def _next_demotion(self, snap: Snapshot, running: Iterable[str]) -> float | None:
         """When the next of the `running` jobs crosses its queue limit (Tiresias' "job jump"

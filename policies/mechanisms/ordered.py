@@ -95,11 +95,15 @@ class OrderedPolicy(Policy):
             self._bounds.to_take(job.job_id)
 
     def _enqueue(self, job: JobView, k: Key) -> None:
-        self._wkey[job.job_id] = (k, job.gpus)
-        bucket = self._buckets.get(job.gpus)
+        self._file(job.job_id, job.gpus, k)
+
+    def _file(self, job_id: str, gpus: int, k: Key) -> None:
+        """Into the waiting index under key `k` (`_enqueue` without a view)."""
+        self._wkey[job_id] = (k, gpus)
+        bucket = self._buckets.get(gpus)
         if bucket is None:
-            bucket = self._buckets[job.gpus] = SortedList()
-        bucket.add((k, job.job_id))
+            bucket = self._buckets[gpus] = SortedList()
+        bucket.add((k, job_id))
 
     def streams(self, running: list[Rank]) -> list[Stream]:
         return [(None, iter(running)), *self.waiting_streams()]

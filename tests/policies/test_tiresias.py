@@ -265,7 +265,7 @@ def _snapshot(views: dict[str, JobView], running: list[str], now: float,
 
 @pytest.mark.parametrize(("c_gpus", "irregular", "read", "runs"), [
     pytest.param(2, frozenset(), set(), "abc", id="fits-beside-both-neither-read"),
-    pytest.param(4, frozenset(), {"b"}, "ac", id="displaces-b-only-b-read-to-requeue-it"),
+    pytest.param(4, frozenset(), set(), "ac", id="displaces-b-requeued-by-its-spec-none-read"),
     pytest.param(4, frozenset({"a"}), {"a", "b"}, "ac", id="a-job-ahead-sharing-gpus-walks-all"),
 ])
 def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_them(
@@ -273,8 +273,8 @@ def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_t
     """a (1 GPU, queue 0) and b (4 GPUs, queue 1: it arrives with 4,000 s of service) run on
     8 GPUs; c enters queue 0, behind a and ahead of b, and takes free GPUs or displaces
     b. The walk gives a its GPUs back without reading it (unless a may not simply get them
-    back), re-places b from its spec, and the ranks left order a before c before b, as
-    numbering the walk from 0 would."""
+    back), re-places or requeues b from its spec, and the ranks left order a before c before
+    b, as numbering the walk from 0 would."""
     a, b, c = J("a", 1), J("b", 4), J("c", c_gpus)
     policy = policies.make("tiresias")
     fit = CyclePlacement(cluster(1, 8), "count", {})
