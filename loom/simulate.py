@@ -184,17 +184,18 @@ def simulated_nodes(cluster: ClusterSpec, overhead: OverheadModel,
 @contextlib.contextmanager
 def _collector_tuned() -> Iterator[None]:
     """Python's cyclic collector, set for a run: what exists when it starts (trace, cores,
-    modules) is frozen out of collections, and the young generation is collected every
-    500,000 allocations rather than 700. A run makes millions of short-lived objects that
-    reference counting frees, and almost no cycles, so collecting rarely keeps nothing
-    longer; each collection walks the young objects' references into the whole heap, so
-    fewer collections cost less in all (measured: docs/validation.md, issue 20). Only the
+    modules) is frozen out of collections, and the young generation is collected once
+    5,000,000 more objects are tracked than freed, rather than 700. A run makes millions of
+    short-lived objects that reference counting frees, and almost no cycles, so collecting
+    rarely keeps nothing longer. A collection walks what the heap grew by since the last
+    (mostly records of jobs that arrived), each older generation's walks it again, and a
+    larger threshold makes those rarer (measured: docs/validation.md, issue 20). Only the
     young generations are collected before the freeze: a full collection walks every module
     (cvxpy's and scipy's included), and old garbage frozen now is freed after the run."""
     threshold = gc.get_threshold()
     gc.collect(1)
     gc.freeze()
-    gc.set_threshold(500_000, *threshold[1:])
+    gc.set_threshold(5_000_000, *threshold[1:])
     try:
         yield
     finally:
