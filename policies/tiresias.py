@@ -318,8 +318,8 @@ class DiscretisedLas(OrderedPolicy):
 
     def _kept(self, snap: Snapshot, running: RunningJobs) -> None:
         """Predictions for exactly the running jobs (from their views where a job's start
-        or end went untold, as under a policy switched to mid-run). Every stop unpredicts,
-        so only running jobs are predicted: equal counts are equal sets, and a cycle pays no
+        went untold, as under a policy switched to mid-run). Every stop unpredicts, so only
+        running jobs are predicted: equal counts are equal sets, and a cycle pays no
         comparison of every running job."""
         if len(self._due) != len(running.ids):
             for job_id in [j for j in self._due if j not in running.ids]:

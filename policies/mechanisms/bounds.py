@@ -117,8 +117,8 @@ class RunningBounds:
     def take_reports(self, running: RunningJobs, key_of: KeyOf) -> None:
         """Keys taken for the jobs that started or were reported on since (a report may set
         a job back), once per snapshot; every job's, where these bounds were not told of
-        every start and end (a policy made or switched to mid-run). Every stop drops its
-        job's bound, so only running jobs have one: equal counts are equal sets."""
+        every start (a policy made or switched to mid-run). Every stop drops its job's
+        bound, so only running jobs have one: equal counts are equal sets."""
         if self._reports_for is running:
             return
         if len(self._keys) != len(running.ids):
