@@ -322,8 +322,6 @@ class DiscretisedLas(OrderedPolicy):
         running jobs are predicted: equal counts are equal sets, and a cycle pays no
         comparison of every running job."""
         if len(self._due) != len(running.ids):
-            for job_id in [j for j in self._due if j not in running.ids]:
-                self._unpredict(job_id)
             for job_id in running.ids:
                 if job_id not in self._due:
                     self._predict(job_id, snap)
