@@ -292,8 +292,10 @@ class SubmitJob(_JobFields):
     _spec: JobSpec | None = PrivateAttr(default=None)
 
     def to_spec(self, job_id: str, now: float) -> JobSpec:
-        if self._spec is not None:
-            return self._spec
+        # Read from the private slot: `self._spec` runs pydantic's `__getattr__` in Python.
+        origin: JobSpec | None = (self.__pydantic_private__ or {}).get("_spec")
+        if origin is not None:
+            return origin
         data = self.model_dump()
         data["job_id"] = self.job_id or job_id
         data["submit_time_s"] = now if self.submit_time_s is None else self.submit_time_s
@@ -301,8 +303,15 @@ class SubmitJob(_JobFields):
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> SubmitJob:
-        sub = cls.model_construct(_fields_set=set(spec.__dict__), **spec.__dict__)
-        sub._spec = spec
+        """What `model_construct(**spec.__dict__)` builds, without its Python pass over every
+        field (a tenth of the time, paid per job): a spec's fields are this model's, valid."""
+        sub = cls.__new__(cls)
+        fields = dict(spec.__dict__)
+        set_slot = object.__setattr__
+        set_slot(sub, "__dict__", fields)
+        set_slot(sub, "__pydantic_fields_set__", set(fields))
+        set_slot(sub, "__pydantic_extra__", None)
+        set_slot(sub, "__pydantic_private__", {"_spec": spec})
         return sub
 
     def __eq__(self, other: object) -> bool:  # the in-process origin is not part of it

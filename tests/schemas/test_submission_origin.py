@@ -18,6 +18,20 @@ def test_an_in_process_submission_hands_over_its_spec_unchecked_and_uncopied() -
     assert sub == SubmitJob(**spec.model_dump())  # the same submission, whatever its origin
 
 
+def test_an_in_process_submission_is_what_model_construct_builds() -> None:
+    """`from_spec` fills pydantic's slots itself (per job, at a million jobs): it must build
+    what the public constructor does, field for field, and every field of a spec is one of a
+    submission's."""
+    spec = make_job("a").gpus(2).submit(5).deadline(900).build()
+    assert set(SubmitJob.model_fields) == set(type(spec).model_fields)
+    sub = SubmitJob.from_spec(spec)
+    built = SubmitJob.model_construct(_fields_set=set(spec.__dict__), **spec.__dict__)
+    assert sub.__dict__ == built.__dict__ and sub.__dict__ is not spec.__dict__
+    assert sub.model_fields_set == built.model_fields_set
+    assert sub.model_extra == built.model_extra
+    assert sub.model_dump() == built.model_dump() == spec.model_dump()
+
+
 def test_a_submission_from_the_wire_is_validated_into_a_new_equal_spec() -> None:
     spec = make_job("a").gpus(2).submit(5).build()
     env = envelope(SubmitJob.from_spec(spec), event_id="e", occurred_at=0.0, producer="p",
