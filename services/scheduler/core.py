@@ -378,7 +378,11 @@ class SchedulerCore(CoreDefaults):
                                 decided_by=self.policy.name)
             transitions.append(self.transition(rec, JobState.REJECTED, causes.rejected(reason),
                                                now))
-        for jid in plan.stopped(running):
+        # A plan that keeps what it does not list names its preempted jobs: put only those
+        # in order, not every running job (`Plan.stopped`).
+        stopped = (self.jobs.in_running_order(plan.preempted) if plan.stay
+                   else plan.stopped(running))
+        for jid in stopped:
             rec = self.jobs.clear_running(jid)
             rec.preemptions += 1
             rec.unplace()

@@ -56,6 +56,7 @@ class JobRecord:
     hosts: tuple[str, ...] = ()  # every node it has been placed on, sorted: the only ones
     # whose word about it counts (kept for good, so a tuple: a quarter of a frozenset's size)
     synced: int = 0  # while it runs, the table's cycles charged to it (`JobTable.log_cycle`)
+    started: int = 0  # while it runs, its place in `JobTable.running`'s order (a start count)
 
     def place(self, slots: GpuSlots) -> None:
         self.placement = slots
@@ -176,6 +177,7 @@ class JobTable(Mapping[str, JobRecord]):
         self._resized: set[str] = set()  # running on other than their gang's GPU count
         self._cycles: list[float] = []  # times of cycles not yet charged to every running job
         self._logged = 0  # cycles logged in all (the log's end, as a count)
+        self._starts = 0  # jobs put into `running` in all (`JobRecord.started`)
         self.held: set[str] = set()  # suspended by an operator: out of the policy's sight
         self._waiting: Counter[str] = Counter()  # queued or preempted jobs, by tenant
 
@@ -252,9 +254,18 @@ class JobTable(Mapping[str, JobRecord]):
         return rec
 
     def set_running(self, rec: JobRecord) -> None:
-        self.running[rec.spec.job_id] = rec
+        job_id = rec.spec.job_id
+        if job_id not in self.running:  # one already there keeps its place
+            self._starts += 1
+            rec.started = self._starts
+        self.running[job_id] = rec
         rec.synced = self._logged  # no cycle before its start charges it
         self._moves.add(rec.spec.job_id)
+
+    def in_running_order(self, job_ids: Iterable[str]) -> list[str]:
+        """Those of `job_ids` that run, in `running`'s order, without reading the rest."""
+        running = self.running
+        return sorted((j for j in job_ids if j in running), key=lambda j: running[j].started)
 
     def clear_running(self, job_id: str) -> JobRecord:
         self._moves.add(job_id)

@@ -163,6 +163,25 @@ def test_a_running_jobs_spec_is_read_without_charging_it() -> None:
 
 
 @settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["start", "start", "stop"]), st.integers(0, 5)),
+                      max_size=40),
+       asked=st.sets(st.integers(0, 6)))
+def test_running_jobs_are_put_in_order_as_a_scan_of_the_running_set_would(
+        steps: list[tuple[str, int]], asked: set[int]) -> None:
+    """`in_running_order` sorts only the jobs asked for (a plan's preempted ones) by when they
+    started: the order of `running` itself, through stops, restarts and a start told twice."""
+    table = JobTable()
+    recs = [table.add(make_job(f"j{i}").build(), 0.0) for i in range(6)]
+    for op, i in steps:
+        if op == "start":
+            table.set_running(recs[i])  # a running job started again keeps its place
+        elif f"j{i}" in table.running:
+            table.clear_running(f"j{i}")
+    wanted = {f"j{i}" for i in asked}  # j6 never exists
+    assert table.in_running_order(wanted) == [j for j in table.running if j in wanted]
+
+
+@settings(max_examples=60, deadline=None)
 @given(steps=st.lists(st.tuples(st.sampled_from(["cycle", "cycle", "read", "left", "stop"]),
                                 st.integers(0, 2), st.floats(0.1, 400.0)),
                       min_size=1, max_size=40),
