@@ -170,6 +170,7 @@ class RunningBounds:
         for _, jid in ranks.islice(ranks.bisect_left(first)):
             yield jid
 
-    def behind(self, item: Rank) -> list[str]:
-        """The jobs whose bounds rank behind `item`: never fewer than those whose keys do."""
-        return [jid for _, jid in self._ranks.irange(item, inclusive=(False, True))]
+    def behind(self, item: Rank) -> Iterator[str]:
+        """The jobs whose bounds rank behind `item`: never fewer than those whose keys do.
+        Read before the bounds change again."""
+        return (jid for _, jid in self._ranks.irange(item, inclusive=(False, True)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import ClassVar
 
@@ -208,12 +208,12 @@ class OrderedPolicy(Policy):
             smallest = gpus
         return True
 
-    def _behind(self, snap: Snapshot, item: Rank) -> list[str]:
+    def _behind(self, snap: Snapshot, item: Rank) -> Iterator[str]:
         """The running jobs that may rank after `item` (with bounded keys, some that may
-        not: never fewer)."""
+        not: never fewer), as read: the placement stops at the first that settles it."""
         if self.keys_fall and isinstance(snap.running, RunningJobs):
             return self._bounds.behind(item)
-        return [jid for k, jid in self._keys_of(snap) if (k, jid) > item]
+        return (jid for k, jid in self._keys_of(snap) if (k, jid) > item)
 
     def plan(self, snap: Snapshot, fit: Fitter) -> Plan:
         if snap.in_place:
