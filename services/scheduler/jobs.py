@@ -255,9 +255,12 @@ class JobTable(Mapping[str, JobRecord]):
 
     def set_running(self, rec: JobRecord) -> None:
         job_id = rec.spec.job_id
-        if job_id not in self.running:  # one already there keeps its place
+        held = self.running.get(job_id)
+        if held is None:
             self._starts += 1
             rec.started = self._starts
+        else:  # a job already running keeps its place, as the dict keeps it
+            rec.started = held.started
         self.running[job_id] = rec
         rec.synced = self._logged  # no cycle before its start charges it
         self._moves.add(rec.spec.job_id)

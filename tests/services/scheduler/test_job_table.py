@@ -181,6 +181,15 @@ def test_running_jobs_are_put_in_order_as_a_scan_of_the_running_set_would(
     assert table.in_running_order(wanted) == [j for j in table.running if j in wanted]
 
 
+def test_a_running_job_told_again_by_another_record_keeps_its_place() -> None:
+    table = JobTable()
+    a, b = (table.add(make_job(j).build(), 0.0) for j in "ab")
+    table.set_running(a)
+    table.set_running(b)
+    table.set_running(JobRecord(b.spec, b.admitted))  # a record rebuilt for a job that runs
+    assert table.in_running_order(["b", "a"]) == ["a", "b"] == list(table.running)
+
+
 @settings(max_examples=60, deadline=None)
 @given(steps=st.lists(st.tuples(st.sampled_from(["cycle", "cycle", "read", "left", "stop"]),
                                 st.integers(0, 2), st.floats(0.1, 400.0)),
