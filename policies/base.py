@@ -75,28 +75,33 @@ class RunningJobs(Sequence[JobView]):
     whose policy reads none of them (an in-place cycle of a policy that keeps its running
     jobs' ranks itself) does not pay for a view of every running job.
 
-    `ids`, `reported`, `irregular`, `spec_of` and `left_of` are read without making views:
-    which jobs run, which of them a node reported progress for since the previous cycle (a
-    report replaces the estimate, so it may set a job back), which of them a walk may not
-    simply give back their GPUs (`JobTable.irregular`), a running job's spec (None for a job
-    not running), and its spec with the seconds it has left as its view would hold them
-    (`JobView.remaining_s`), all a walk needs of a running job it does not rank by its view.
+    `ids`, `reported`, `irregular`, `spec_of`, `left_of` and `attained_of` are read without
+    making views: which jobs run, which of them a node reported progress for since the
+    previous cycle (a report replaces the estimate, so it may set a job back), which of them a
+    walk may not simply give back their GPUs (`JobTable.irregular`), a running job's spec
+    (None for a job not running), and its spec with the seconds it has left, or with the
+    seconds it has held GPUs, as its view would hold them (`JobView.remaining_s`,
+    `JobView.attained_s`; None for a job not running): all a walk needs of a running job it
+    does not rank by its view.
     Read it while the cycle plans; the scheduler closes it after."""
 
-    __slots__ = ("_make", "_order", "_views", "ids", "irregular", "left_of", "reported",
-                 "spec_of")
+    __slots__ = ("_make", "_order", "_views", "attained_of", "ids", "irregular", "left_of",
+                 "reported", "spec_of")
 
     def __init__(self, ids: Collection[str], make: Callable[[], tuple[JobView, ...]],
                  reported: Collection[str] = (),
                  order: Callable[[Iterable[str]], list[str]] | None = None,
                  irregular: Collection[str] = (),
                  spec_of: Callable[[str], JobSpec | None] | None = None,
-                 left_of: Callable[[str], tuple[JobSpec, float]] | None = None) -> None:
+                 left_of: Callable[[str], tuple[JobSpec, float]] | None = None,
+                 attained_of: Callable[[str], tuple[JobSpec, float] | None] | None = None,
+                 ) -> None:
         self.ids = ids
         self.reported = reported
         self.irregular = irregular
         self.spec_of = spec_of
         self.left_of = left_of
+        self.attained_of = attained_of
         self._make: Callable[[], tuple[JobView, ...]] | None = make
         self._order = order
         self._views: tuple[JobView, ...] | None = None
@@ -141,6 +146,12 @@ def running_left_of(snap: Snapshot) -> Callable[[str], tuple[JobSpec, float]] | 
     view (`RunningJobs.left_of`); None where the snapshot's running jobs do not give them."""
     running = snap.running
     return running.left_of if isinstance(running, RunningJobs) else None
+
+
+def running_attained_of(snap: Snapshot) -> Callable[[str], tuple[JobSpec, float] | None] | None:
+    """`RunningJobs.attained_of` where the snapshot's running jobs give it."""
+    running = snap.running
+    return running.attained_of if isinstance(running, RunningJobs) else None
 
 
 def running_specs(snap: Snapshot) -> Callable[[str], JobSpec | None] | None:

@@ -21,7 +21,15 @@ from typing import ClassVar
 
 from sortedcontainers import SortedList
 
-from policies.base import Fitter, JobView, Plan, RunningJobs, Snapshot, running_specs
+from policies.base import (
+    Fitter,
+    JobView,
+    Plan,
+    RunningJobs,
+    Snapshot,
+    running_attained_of,
+    running_specs,
+)
 from policies.mechanisms.counting import count_walk
 from policies.mechanisms.ordered import Key, OrderedPolicy
 from policies.mechanisms.walk import greedy_fill, place_counted
@@ -62,6 +70,20 @@ class DiscretisedLas(OrderedPolicy):
 
     def attained(self, job: JobView) -> float:
         return job.attained_gpu_s if self.gpu_time else job.attained_s
+
+    def _service(self, gpus: int, attained_s: float) -> float:
+        """`attained` from a job's GPUs and the seconds it has held them."""
+        return attained_s * gpus if self.gpu_time else attained_s
+
+    def _held(self, job_id: str, snap: Snapshot) -> tuple[int, float]:
+        """A job's GPUs and the seconds it has held them, as its view holds them: a running
+        job's read without making its view where the snapshot gives them."""
+        attained_of = running_attained_of(snap)
+        read = None if attained_of is None else attained_of(job_id)
+        if read is None:
+            job = snap.jobs[job_id]
+            return job.gpus, job.attained_s
+        return read[0].gpus, read[1]
 
     def key(self, job: JobView) -> Key:
         return self._key[job.job_id]
@@ -106,14 +128,16 @@ class DiscretisedLas(OrderedPolicy):
     def _demoted(self, snap: Snapshot) -> list[str]:
         """Running jobs whose attained service reached their queue's limit: one level down
         this cycle (at most one, as Tiresias does)."""
-        return [job.job_id for job in snap.running if self._crossed(job)]
+        return [job.job_id for job in snap.running
+                if self._crossed(job.job_id, job.gpus, job.attained_s)]
 
-    def _crossed(self, job: JobView) -> bool:
+    def _crossed(self, job_id: str, gpus: int, attained_s: float) -> bool:
         """Whether a running job's attained service reached its queue's limit."""
-        q = self._queue[job.job_id]
+        q = self._queue[job_id]
         # Tolerance: a wake-up for the crossing can land a hair before it in floating point
         # (e.g. 3249.9999999999995 GPU-s); without it that instant would re-plan forever.
-        return q < len(self.limits) and self.attained(job) >= self.limits[q] - DEMOTION_TOLERANCE
+        return (q < len(self.limits)
+                and self._service(gpus, attained_s) >= self.limits[q] - DEMOTION_TOLERANCE)
 
     def plan_in_place(self, snap: Snapshot, fit: Fitter) -> Plan | None:
         # Every running job keeps its key but those demoted now (to the back of the next
@@ -286,25 +310,30 @@ class DiscretisedLas(OrderedPolicy):
         q = self._queue[job_id]
         if q >= len(self.limits):
             return None
-        job = snap.jobs[job_id]
+        return self._wakeup_of(q, *self._held(job_id, snap), snap.now)
+
+    def _wakeup_of(self, q: int, gpus: int, attained_s: float, now: float) -> float:
+        """`_wakeup` for a job in queue `q` (not the bottom one), from its GPUs and the seconds
+        it has held them."""
         if self.gpu_time:
-            at = snap.now + math.ceil(self.limits[q] / job.gpus) - job.attained_s
+            at = now + math.ceil(self.limits[q] / gpus) - attained_s
         else:
-            at = snap.now + self.limits[q] - job.attained_s
-        return max(at, snap.now)  # already past it (no cycle came): demote at once
+            at = now + self.limits[q] - attained_s
+        return max(at, now)  # already past it (no cycle came): demote at once
 
     # -- predicted crossings, where the scheduler makes running jobs' views only when read --
     def _predict(self, job_id: str, snap: Snapshot) -> None:
         """Predict a running job's demotion and wake-up from its view at `snap`."""
         self._unpredict(job_id)
-        wake = self._wakeup(job_id, snap)
-        if wake is None:
+        q = self._queue[job_id]
+        if q >= len(self.limits):
             self._due[job_id] = None
             return
-        job = snap.jobs[job_id]
-        rate = job.gpus if self.gpu_time else 1
-        limit = self.limits[self._queue[job_id]] - DEMOTION_TOLERANCE
-        due = snap.now + (limit - self.attained(job)) / rate
+        gpus, attained_s = self._held(job_id, snap)
+        wake = self._wakeup_of(q, gpus, attained_s, snap.now)
+        rate = gpus if self.gpu_time else 1
+        limit = self.limits[q] - DEMOTION_TOLERANCE
+        due = snap.now + (limit - self._service(gpus, attained_s)) / rate
         self._due[job_id] = (due, wake)
         self._demotions.add((due, job_id))
         self._wakeups.add((wake, job_id))
@@ -330,7 +359,7 @@ class DiscretisedLas(OrderedPolicy):
         """`_demoted`, in no order: read only the jobs predicted to cross by about now."""
         self._kept(snap, running)
         soon = takewhile(lambda entry: entry[0] <= snap.now + DRIFT_S, self._demotions)
-        return [job_id for _, job_id in soon if self._crossed(snap.jobs[job_id])]
+        return [job_id for _, job_id in soon if self._crossed(job_id, *self._held(job_id, snap))]
 
     def _kept_wakeup(self, snap: Snapshot) -> float | None:
         """`_next_demotion` over the running jobs: read only those predicted to wake within

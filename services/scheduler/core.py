@@ -319,7 +319,7 @@ class SchedulerCore(CoreDefaults):
         else:  # many: each running job's view made only if read
             running = RunningJobs(jobs.running.keys(), self._running_views, reported,
                                   jobs.in_admission_order, jobs.irregular(), jobs.running_spec,
-                                  jobs.running_left)
+                                  jobs.running_left, jobs.running_attained)
             seen = MappingProxyType(views)
         snap = Snapshot(now=now, cluster=self.cluster, jobs=seen, running=running)
         scheme = self.config.placement or self.policy.placement

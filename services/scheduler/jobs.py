@@ -320,6 +320,16 @@ class JobTable(Mapping[str, JobRecord]):
         spec = rec.spec
         return spec, iterations_left(spec.iterations, rec.iterations_done) * spec.iteration_time_s
 
+    def running_attained(self, job_id: str) -> tuple[JobSpec, float] | None:
+        """A running job's spec and the seconds it has held GPUs, charged up to the last
+        cycle, as its view would hold them (`JobView.attained_s`), without making the view;
+        None for a job not running."""
+        rec = self.running.get(job_id)
+        if rec is None:
+            return None
+        self.sync(rec)
+        return rec.spec, rec.attained_s
+
     def busy_gpus(self) -> int:
         """GPUs the running jobs hold, each counted once: only a co-located group's members
         share GPUs (a job alone has its own), so only theirs need a set."""
