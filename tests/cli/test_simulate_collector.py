@@ -23,6 +23,31 @@ def test_a_run_collects_rarely_and_leaves_the_collector_as_it_found_it() -> None
         gc.set_threshold(*before)
 
 
+def test_what_a_run_made_joins_the_oldest_generation_without_a_collection() -> None:
+    # Restoring the young threshold would make the next allocation walk everything the run
+    # left young: up to 5,000,000 objects.
+    started: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        with _collector_tuned():
+            made = [[i] for i in range(20_000)]
+            gc.callbacks.append(seen)
+        try:
+            oldest = {id(o) for o in gc.get_objects(generation=2)}
+        finally:
+            gc.callbacks.remove(seen)
+    finally:
+        gc.set_threshold(*before)
+    assert started == []
+    assert all(id(m) in oldest for m in made)
+
+
 def test_a_run_that_fails_still_gives_the_collector_back() -> None:
     before = gc.get_threshold()
     with pytest.raises(RuntimeError), _collector_tuned():
