@@ -252,14 +252,16 @@ def test_no_head_of_line_blocking(policy: str) -> None:
 
 
 def _snapshot(views: dict[str, JobView], running: list[str], now: float,
-              irregular: frozenset[str] = frozenset()) -> Snapshot:
+              irregular: frozenset[str] = frozenset(), attained: bool = False) -> Snapshot:
     """A cycle's snapshot as the scheduler makes it where many jobs run: running jobs'
-    views made when read, their specs read without."""
+    views made when read, their specs read without (and their attained times, if
+    `attained`)."""
     specs = {j: dict.__getitem__(views, j).spec for j in running}
+    held = {j: (specs[j], dict.__getitem__(views, j).attained_s) for j in running}
     made = RunningJobs(dict.fromkeys(running).keys(),
                        lambda: tuple(views[j] for j in running), frozenset(),
                        lambda ids: [j for j in running if j in set(ids)], irregular,
-                       specs.get)
+                       specs.get, attained_of=held.get if attained else None)
     return Snapshot(now, cluster(1, 8), MappingProxyType(views), made)
 
 
@@ -298,13 +300,18 @@ def test_a_full_walk_keeps_the_jobs_ahead_of_every_waiting_one_without_reading_t
     assert policy.key(later["a"]) < policy.key(later["c"]) < policy.key(later["b"])
 
 
-def test_a_job_demoted_while_kept_ahead_is_ranked_anew() -> None:
+@pytest.mark.parametrize(("attained", "read"), [
+    pytest.param(False, {"a", "b", "c"}, id="crossings-predicted-from-views"),
+    pytest.param(True, {"c"}, id="crossings-predicted-from-attained-times-no-running-view"),
+])
+def test_a_job_demoted_while_kept_ahead_is_ranked_anew(attained: bool, read: set[str]) -> None:
     """a (1 GPU) and b (4 GPUs) run on 8 GPUs and both cross a queue limit now: a drops to
     queue 1, b to queue 2, behind c (4 GPUs, waiting in queue 2 since before). c ranks ahead
     of b and finds no room beside it, so the cycle walks in full, keeping a ahead of c
     unread; c displaces b. a, demoted while kept, is ranked anew as a running job of queue 1
     (its key no longer that of a job sent to the back of a queue), as the walk over every
-    job would rank it."""
+    job would rank it. Where the snapshot gives running jobs' attained times, their
+    crossings are found and predicted without their views, alike."""
     a, b, c = J("a", 1), J("b", 4), J("c", 4)
     policy = policies.make("tiresias")
     placement = CyclePlacement(cluster(1, 8), "count", {})
@@ -321,10 +328,12 @@ def test_a_job_demoted_while_kept_ahead_is_ranked_anew() -> None:
         placement.bind(jid, started[jid])
     policy.job_added(later["c"])
     views = ReadViews(later)
-    snap, fit, plan = open_cycle(policy, _snapshot(views, ["a", "b"], 3300.0), True,
+    snap, fit, plan = open_cycle(policy, _snapshot(views, ["a", "b"], 3300.0,
+                                                   attained=attained), True,
                                  lambda in_place: _opened(placement, in_place))
     assert plan is None and not snap.in_place  # planned in full
     plan = policy.plan(snap, fit)
+    assert views.read == read
     assert set(running_after(plan, started)) == {"a", "c"}
     assert [queue_of_view(policy, later[j]) for j in "abc"] == [1, 2, 2]
     assert policy.key(later["a"])[1] == 0  # ranked as running, not queued at the back
