@@ -1,16 +1,22 @@
 """Virtual time: one heap of work ordered by (time, priority, sequence), SimPy-style.
 
-Timers and bus deliveries share the heap, so everything that happens at one instant happens in
+Timers and bus deliveries share one order, so everything that happens at one instant happens in
 a fixed order: by priority, then in the order it was scheduled. Given the same inputs a run
-makes the same decisions, bit for bit.
+makes the same decisions, bit for bit. Work pushed for the current instant at the first
+priority (bus deliveries, most of a run's work) waits in a queue beside the heap rather than
+in it: nothing can be scheduled before now or ahead of that priority, so that queue is already
+in order, and the kernel takes the smaller of its head and the heap's.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 Action = Callable[[], Awaitable[None]]
+
+FIRST_PRIORITY = 0  # no work may be scheduled ahead of it (see the module's docstring)
 
 
 class Entry:
@@ -33,6 +39,8 @@ class SimKernel:
         self.now = start
         # Plain tuples so heap comparisons stay in C: (time, priority, seq, entry or action).
         self._heap: list[tuple[float, int, int, Entry | Action]] = []
+        # Pushed for `now` at the first priority, in sequence order: (sequence, action).
+        self._lane: deque[tuple[int, Action]] = deque()
         self._seq = 0
         self.steps = 0
 
@@ -40,8 +48,7 @@ class SimKernel:
                  seq: int | None = None) -> Entry:
         """Run `action` at `when`, after the work of that instant and priority scheduled
         before it; with `seq` (one `reserve` handed out), in the place it reserved."""
-        if when < self.now:
-            raise ValueError(f"cannot schedule in the past: {when} < now {self.now}")
+        _check(when, priority, self.now)
         if seq is None:
             self._seq += 1
             seq = self._seq
@@ -74,14 +81,16 @@ class SimKernel:
 
     def push(self, when: float, priority: int, action: Action) -> None:
         """Like `schedule`, for work that is never cancelled (bus deliveries): no Entry."""
-        if when < self.now:
-            raise ValueError(f"cannot schedule in the past: {when} < now {self.now}")
+        _check(when, priority, self.now)
         self._seq += 1
-        heapq.heappush(self._heap, (when, priority, self._seq, action))
+        if when == self.now and priority == FIRST_PRIORITY:
+            self._lane.append((self._seq, action))
+        else:
+            heapq.heappush(self._heap, (when, priority, self._seq, action))
 
     @property
     def pending(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._lane)
 
     async def run(
         self,
@@ -92,13 +101,24 @@ class SimKernel:
     ) -> None:
         """Run until nothing is left, `until` is passed, or `stop()` (checked between events)
         says so."""
-        heap = self._heap
+        heap, lane = self._heap, self._lane
         pop, push = heapq.heappop, heapq.heappush
-        while heap:
+        while heap or lane:
             if progress is not None and self.steps % every == 0:
                 progress()
             if stop is not None and stop():
                 break
+            if lane:
+                # The lane's head is (now, FIRST_PRIORITY, its sequence): only work the heap
+                # holds for now, at that priority, with an earlier (reserved) sequence is ahead.
+                top = heap[0] if heap else None
+                if (top is None or top[0] != self.now or top[1] != FIRST_PRIORITY
+                        or top[2] > lane[0][0]):
+                    if until is not None and self.now > until:
+                        break
+                    self.steps += 1
+                    await lane.popleft()[1]()
+                    continue
             if until is not None and heap[0][0] > until:
                 break
             when, _, seq, item = pop(heap)
@@ -114,3 +134,10 @@ class SimKernel:
             self.now = when
             self.steps += 1
             await action()
+
+
+def _check(when: float, priority: int, now: float) -> None:
+    if when < now:
+        raise ValueError(f"cannot schedule in the past: {when} < now {now}")
+    if priority < FIRST_PRIORITY:
+        raise ValueError(f"priority {priority} is ahead of the first, {FIRST_PRIORITY}")
