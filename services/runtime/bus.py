@@ -210,25 +210,36 @@ def dead_letter_envelope(
 class DuplicateWindow:
     """Event ids published in the last `window_s` (JetStream's de-duplication window, here in
     the kernel's virtual time): a repeat within it is a duplicate. Older ids are forgotten, so
-    a run of millions of events keeps only a window's worth."""
+    a run of millions of events keeps only a window's worth. Ids are kept by the instant they
+    were published at, and forgotten an instant at a time, when the clock has moved."""
 
     def __init__(self, kernel: SimKernel, window_s: float = DUPLICATE_WINDOW_S) -> None:
         self.kernel = kernel
         self.window_s = window_s
         self._ids: set[str] = set()
-        self._order: deque[tuple[float, str]] = deque()
+        self._order: deque[tuple[float, list[str]]] = deque()  # oldest instant first
+        self._at: float | None = None  # the instant `_order`'s last list holds
+        self._batch: list[str] = []
 
     def first(self, event_id: str) -> bool:
         """Whether `event_id` is new within the window (it is remembered from now on)."""
         now = self.kernel.now
-        order, ids = self._order, self._ids
-        while order and order[0][0] < now - self.window_s:
-            ids.discard(order.popleft()[1])
+        if now != self._at:
+            self._forget(now)
+            self._at, self._batch = now, []
+            self._order.append((now, self._batch))
+        ids = self._ids
         if event_id in ids:
             return False
         ids.add(event_id)
-        order.append((now, event_id))
+        self._batch.append(event_id)
         return True
+
+    def _forget(self, now: float) -> None:
+        order, ids = self._order, self._ids
+        while order and order[0][0] < now - self.window_s:
+            for event_id in order.popleft()[1]:
+                ids.discard(event_id)
 
 
 class MemoryBus:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from schemas import subjects
 from schemas.codec import encode
 from schemas.events import CycleStarted, DeadLetter, Envelope, envelope
@@ -164,6 +166,22 @@ def test_the_window_keeps_only_recent_ids() -> None:
         k.now = float(i)
         assert seen.first(f"e{i}")
     assert len(seen._ids) == 11  # the ids of the last 10 s, and the one at its edge
+
+
+@pytest.mark.parametrize(("published", "expected"), [
+    pytest.param([(0.0, "a"), (0.0, "b"), (0.0, "a")], [True, True, False], id="one-instant"),
+    pytest.param([(0.0, "a"), (0.0, "b"), (5.0, "b"), (10.0, "a"), (10.5, "a"), (15.5, "b")],
+                 [True, True, False, False, True, True], id="forgotten-an-instant-at-a-time"),
+])
+def test_repeats_are_found_within_an_instant_and_across_instants(
+        published: list[tuple[float, str]], expected: list[bool]) -> None:
+    k = SimKernel()
+    seen = DuplicateWindow(k, window_s=10.0)
+    got = []
+    for at, event_id in published:
+        k.now = at
+        got.append(seen.first(event_id))
+    assert got == expected
 
 
 async def test_literal_and_wildcard_subscribers_are_served_in_subscription_order() -> None:
