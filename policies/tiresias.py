@@ -323,7 +323,7 @@ class DiscretisedLas(OrderedPolicy):
 
     # -- predicted crossings, where the scheduler makes running jobs' views only when read --
     def _predict(self, job_id: str, snap: Snapshot) -> None:
-        """Predict a running job's demotion and wake-up from its view at `snap`."""
+        """Predict a running job's demotion and wake-up as of `snap`."""
         self._unpredict(job_id)
         q = self._queue[job_id]
         if q >= len(self.limits):
