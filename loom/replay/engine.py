@@ -311,7 +311,7 @@ class CoreReplay:
     # -- checking --------------------------------------------------------------------------
     def differs(self, record: Record, env: Envelope, got: Decision) -> str | None:
         if isinstance(env.body, DeadLetter):  # recorded before dead letters were cut: cut it
-            env = dataclasses.replace(env, body=env.body.cut())
+            env = env._replace(body=env.body.cut())
         if type(env.body) is JobTransitionV1 and isinstance(got.body, JobTransition):
             got = dataclasses.replace(got, body=got.body.as_v1())  # a log of version 1
         if got.subject != record.subject:

@@ -16,7 +16,7 @@ def forge_first_transition(log: EventLog) -> tuple[EventLog, int]:
              if (e := recorded_envelope(r)) is not None and isinstance(e.body, JobTransition))
     env = recorded_envelope(log.records[i])
     assert env is not None
-    forged = dataclasses.replace(env, body=env.body.model_copy(update={"job_id": "forged"}))
+    forged = env._replace(body=env.body.model_copy(update={"job_id": "forged"}))
     records = list(log.records)
     records[i] = dataclasses.replace(records[i], data=encode(forged))
     return dataclasses.replace(log, records=records), records[i].index

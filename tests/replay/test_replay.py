@@ -82,7 +82,7 @@ def _alter(log: EventLog, kind: type[BaseModel], nth: int, edit: Edit) -> tuple[
         if env is None or not isinstance(env.body, kind):
             continue
         if seen == nth:
-            changed = dataclasses.replace(env, body=edit(env.body))
+            changed = env._replace(body=edit(env.body))
             records = list(log.records)
             records[i] = dataclasses.replace(rec, data=encode(changed))
             return dataclasses.replace(log, records=records), rec.index
