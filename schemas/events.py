@@ -312,9 +312,8 @@ class Envelope(NamedTuple):
     """Metadata every message carries; `event_id` doubles as the JetStream `Nats-Msg-Id`.
 
     A NamedTuple: immutable, and built in the hot path as one tuple (a frozen dataclass sets
-    each field through `object.__setattr__`, three times the cost). Decoding from the wire
-    validates it (and its typed body) through `validate_envelope`; `_replace` makes a changed
-    copy.
+    each field through `object.__setattr__`). Decoding from the wire validates it (and its
+    typed body) through `validate_envelope`; `_replace` makes a changed copy.
     """
 
     type: str

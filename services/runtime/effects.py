@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from domain.compiled import mypyc_attr
+from services.runtime.kernel import FIRST_PRIORITY
 
-# Ordering of work that happens at the same virtual instant (lower runs first).
-PRIORITY_INPUT = 0  # messages, arrivals, completions
+# Ordering of work that happens at the same virtual instant (lower runs first). Inputs take the
+# kernel's first priority: its deliveries for the current instant then skip the heap.
+PRIORITY_INPUT = FIRST_PRIORITY  # messages, arrivals, completions
 PRIORITY_CYCLE = 10  # a scheduling cycle runs after every input at that instant
 
 
