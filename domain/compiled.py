@@ -50,7 +50,7 @@ MODULES: tuple[str, ...] = (
     "domain.overhead",
     "domain.placement", "domain.progress", "domain.topology",
     "services.runtime.bus", "services.runtime.clock", "services.runtime.effects",
-    "services.runtime.kernel", "services.runtime.service",
+    "services.runtime.kernel", "services.runtime.service", "services.runtime.trusted",
     "services.scheduler.core", "services.scheduler.estimate", "services.scheduler.in_place",
     "services.scheduler.intake", "services.scheduler.jobs", "services.scheduler.reports",
     "services.scheduler.views",

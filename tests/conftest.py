@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# Every body a core builds without validation is validated in the suite, and in the services
+# it starts as subprocesses (services.runtime.trusted); set before any of Loom is imported.
+os.environ["LOOM_CHECK_TRUSTED"] = "1"
+
 from services.runtime.natsserver import EmbeddedNats, NatsServerError, find_binary
 
 

@@ -39,6 +39,7 @@ from schemas.job import JobSpec
 from schemas.throughputs import ThroughputTable
 from services.nodeagent.gate import CommandGate
 from services.runtime.effects import PRIORITY_INPUT, CancelTimer, Effect, Publish, SetTimer
+from services.runtime.trusted import trusted
 
 
 def finish_key(node_id: str, job_id: str) -> tuple[str, str, str]:
@@ -113,11 +114,12 @@ class NodeRun:
         failure (for good at the end of the job: the trace's job failed, no retries)."""
         spec = self.spec
         if self.fail_at is None:
-            return JobFinished(job_id=spec.job_id, node_id=node_id,
-                               iterations_done=float(spec.iterations))
-        return JobFinished(job_id=spec.job_id, node_id=node_id, iterations_done=self.fail_at,
-                           failure=causes.recorded_failure(self.fail_at, spec.iterations),
-                           permanent=self.fail_at >= spec.iterations)
+            return trusted(JobFinished, job_id=spec.job_id, node_id=node_id,
+                           iterations_done=float(spec.iterations))
+        return trusted(JobFinished, job_id=spec.job_id, node_id=node_id,
+                       iterations_done=self.fail_at,
+                       failure=causes.recorded_failure(self.fail_at, spec.iterations),
+                       permanent=self.fail_at >= spec.iterations)
 
 
 def next_mark(spec: JobSpec, done: float) -> float | None:
@@ -202,7 +204,8 @@ class SimNode:
                 stopped[stop.job_id] = run.done()
                 effects.append(CancelTimer(run.key))
         if stopped:
-            effects.append(self._publish(subjects.STATUS, NodeStatus(
+            effects.append(self._publish(subjects.STATUS, trusted(
+                NodeStatus,
                 node_id=self.node_id, cycle=cmd.cycle, progress=stopped)))
         started = [self._launch(launch, now) for launch in cmd.launches]
         # Rates after every launch of the command is in: co-located jobs start together.

@@ -28,6 +28,7 @@ from schemas.events import (
 from services.placer.refusals import DoubleBooking, HeldByAnother, StaleTerm, StillBound
 from services.runtime.effects import Effect, Publish
 from services.runtime.service import CoreDefaults, Subscribe
+from services.runtime.trusted import trusted
 
 Gpu = tuple[str, int]
 
@@ -166,8 +167,8 @@ class PlacerCore(CoreDefaults):
             if len(self._completed) > COMPLETED_MEMORY:
                 self._completed.popitem(last=False)
         # A failed run's job may be retried, on these nodes too: not "finished" for them.
-        stop = Stop(job_id=msg.job_id,
-                    reason=STOP_GANG_FINISHED if msg.failure is None else STOP_GANG_FAILED)
+        stop = trusted(Stop, job_id=msg.job_id,
+                       reason=STOP_GANG_FINISHED if msg.failure is None else STOP_GANG_FAILED)
         # The node that reported already stopped it; the other nodes of a gang must too.
         others = {node: [stop] for node, _ in slots if node != msg.node_id}
         return self._commands(-1, others, {}, self.term)
@@ -180,7 +181,8 @@ class PlacerCore(CoreDefaults):
         for node in sorted(stops.keys() | launches.keys(), key=self._rank.__getitem__):
             s, lch = stops.get(node), launches.get(node)
             if s or lch:
-                out.append(Publish(subjects.node_command(node), NodeCommand(
+                out.append(Publish(subjects.node_command(node), trusted(
+                    NodeCommand,
                     node_id=node, cycle=cycle, stops=tuple(s or ()), launches=tuple(lch or ()),
                     term=term)))
         return out

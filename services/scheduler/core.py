@@ -67,6 +67,7 @@ from services.runtime.effects import (
     SetTimer,
 )
 from services.runtime.service import CoreDefaults, Recorded, Subscribe
+from services.runtime.trusted import trusted
 from services.scheduler import (
     faults,
     forecasting,
@@ -222,7 +223,8 @@ class SchedulerCore(CoreDefaults):
                  busy_gpus: int = 0) -> Publish:
         """A change to what runs where, for the placer: stamped with this cycle and this
         leader's term (the placer refuses older terms), in a cycle or outside one."""
-        return Publish(subjects.PLAN_DECIDED, PlanDecided(
+        return Publish(subjects.PLAN_DECIDED, trusted(
+            PlanDecided,
             cycle=self.cycle, launches=tuple(launches), stops=tuple(stops),
             running=len(self.jobs.running), busy_gpus=busy_gpus, term=self.term))
 
@@ -291,7 +293,8 @@ class SchedulerCore(CoreDefaults):
         if self.jobs.running:
             trigger = "round" if key == "tick" else self._trigger
             effects.append(Publish(subjects.CYCLE_STARTED,
-                                   CycleStarted(cycle=self.cycle, trigger=trigger)))
+                                   trusted(CycleStarted, cycle=self.cycle,
+                                           trigger=trigger)))
         if key == "tick":
             self.tick_at = None
             if self.views:
@@ -386,7 +389,7 @@ class SchedulerCore(CoreDefaults):
             rec = self.jobs.clear_running(jid)
             rec.preemptions += 1
             rec.unplace()
-            stops.append(Stop(job_id=jid, reason="preempted"))
+            stops.append(trusted(Stop, job_id=jid, reason="preempted"))
             lender = None if self.tenancy is None else self.tenancy.reclaimed.get(jid)
             cause = causes.PREEMPTED if lender is None else causes.reclaimed(lender)
             transitions.append(self.transition(rec, JobState.PREEMPTED, cause, now))
@@ -402,7 +405,7 @@ class SchedulerCore(CoreDefaults):
                 if rec.placement == slots and rec.group == group:
                     continue
                 # New GPUs or new partners: the job restarts under its new conditions.
-                stops.append(Stop(job_id=jid, reason="migrated"))
+                stops.append(trusted(Stop, job_id=jid, reason="migrated"))
                 cause = causes.MIGRATED
             else:
                 cause = causes.RESUMED if rec.state is JobState.PREEMPTED else causes.STARTED
@@ -411,9 +414,9 @@ class SchedulerCore(CoreDefaults):
                 self.jobs.set_running(rec)
             self.estimate_launch(rec, slots, group, now)
             rec.launched_by, rec.unseen, rec.confirmed = (self.term, self.cycle), 0, False
-            launches.append(Launch(job_id=jid, spec=rec.spec, placement=slots,
-                                   iterations_done=rec.iterations_done, colocated=group,
-                                   adaptive_batch=self._adaptive_batch))
+            launches.append(trusted(Launch, job_id=jid, spec=rec.spec, placement=slots,
+                                    iterations_done=rec.iterations_done, colocated=group,
+                                    adaptive_batch=self._adaptive_batch))
             transitions.append(self.transition(rec, JobState.RUNNING, cause, now))
             transitions += faults.await_start(self, rec, now)
             self.views.set(jid, rec.view())

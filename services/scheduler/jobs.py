@@ -27,6 +27,7 @@ from schemas.events import GpuSlots, JobTransition, JobTransitionV1, gpu_count
 from schemas.job import JobSpec, JobState
 from schemas.status import Status
 from services.runtime.effects import Publish
+from services.runtime.trusted import trusted
 from services.scheduler.lifecycle import Transition, check
 
 
@@ -378,7 +379,8 @@ class JobTable(Mapping[str, JobRecord]):
         if state.terminal:
             self._ended.append(rec.spec.job_id)
         running = state is JobState.RUNNING
-        return Publish(subjects.JOB_TRANSITION, JobTransition(
+        return Publish(subjects.JOB_TRANSITION, trusted(
+            JobTransition,
             job_id=rec.spec.job_id, state=state, previous=previous, cause=cause.text,
             reason=cause,
             gpus=gpu_count(rec.placement) if running else 0,
