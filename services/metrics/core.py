@@ -15,7 +15,7 @@ from domain.causes import RECLAIMED
 from domain.overhead import OverheadModel
 from schemas import subjects
 from schemas.events import Envelope, JobTransitionV1, NodeHeartbeat, PlanDecided, StartForecast
-from schemas.job import JobSpec, JobState
+from schemas.job import TERMINAL_STATES, WAITING_STATES, JobSpec, JobState
 from schemas.queue_status import QueueStatus
 from services.metrics.forecasts import ForecastScores
 from services.metrics.outcomes import JobOutcome, percentile
@@ -29,8 +29,7 @@ from services.runtime.service import CoreDefaults, Subscribe
 # properties cost several times a global's lookup.
 _QUEUED, _RUNNING, _PREEMPTED = JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED
 _FINISHED, _FAILED, _REJECTED = JobState.FINISHED, JobState.FAILED, JobState.REJECTED
-_WAITING = frozenset(s for s in JobState if s.waiting)
-_TERMINAL = frozenset(s for s in JobState if s.terminal)
+_WAITING, _TERMINAL = WAITING_STATES, TERMINAL_STATES
 
 
 # The decision log behind `decision_digest`: one canonical line per decision. Floats use repr

@@ -35,6 +35,7 @@ class _Shape(NamedTuple):
 
 
 _SHAPES: dict[type, _Shape] = {}
+_new_object = object.__new__  # pydantic's models have no `__new__` of their own
 _set_slot = object.__setattr__
 
 
@@ -52,7 +53,7 @@ def trusted(cls: type[Body], **fields: Any) -> Body:
             body[name] = factory()
     if CHECK:
         _check(cls, body)
-    made = cls.__new__(cls)
+    made = _new_object(cls)
     _set_slot(made, "__dict__", body)
     _set_slot(made, "__pydantic_fields_set__", set(fields))
     _set_slot(made, "__pydantic_extra__", None)

@@ -24,11 +24,13 @@ from policies.base import JobView
 from schemas import subjects
 from schemas.causes import Cause
 from schemas.events import GpuSlots, JobTransition, JobTransitionV1, gpu_count
-from schemas.job import JobSpec, JobState
+from schemas.job import TERMINAL_STATES, WAITING_STATES, JobSpec, JobState
 from schemas.status import Status
 from services.runtime.effects import Publish
 from services.runtime.trusted import trusted
 from services.scheduler.lifecycle import Transition, check
+
+_RUNNING = JobState.RUNNING  # a global's lookup, not one through the enum's metaclass
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # copyable: forecasts fork the state
@@ -376,9 +378,10 @@ class JobTable(Mapping[str, JobRecord]):
         self._count_waiting(rec.spec.tenant, rec.state, state)
         rec.last = Transition(now, rec.state, state, cause)
         previous, rec.state = rec.state, state
-        if state.terminal:
+        ended = state in TERMINAL_STATES
+        if ended:
             self._ended.append(rec.spec.job_id)
-        running = state is JobState.RUNNING
+        running = state is _RUNNING
         return Publish(subjects.JOB_TRANSITION, trusted(
             JobTransition,
             job_id=rec.spec.job_id, state=state, previous=previous, cause=cause.text,
@@ -386,7 +389,7 @@ class JobTable(Mapping[str, JobRecord]):
             gpus=gpu_count(rec.placement) if running else 0,
             placement=rec.placement if running else (),
             iterations_done=rec.iterations_done,
-            status=rec.status if state.terminal else None,
+            status=rec.status if ended else None,
             spec=rec.spec if with_spec else None))
 
     def restore(self, t: JobTransitionV1, at: float) -> bool:
@@ -435,7 +438,7 @@ class JobTable(Mapping[str, JobRecord]):
                              f"there (placed on: {where})")
 
     def _count_waiting(self, tenant: str, before: JobState | None, after: JobState) -> None:
-        if before is not None and before.waiting:
+        if before in WAITING_STATES:
             self._waiting[tenant] -= 1
-        if after.waiting:
+        if after in WAITING_STATES:
             self._waiting[tenant] += 1
