@@ -1,14 +1,13 @@
 """Bodies a core builds in-process, not validated again.
 
 Validation is paid where a message crosses a trust boundary: a bus's decode (NATS), the
-submit subject, replay input. A core that builds a body from its own typed state need not pay
-it a second time on every plan, launch and transition it makes (pydantic's validating
-constructor costs a few microseconds per body, a tenth of a simulated event). `trusted` builds
-the same model instance validation would, from fields that must already be what validation
-would leave: the body's own names, each of its declared type. A name the body lacks, or a
-required field left out, raises TypeError at once; with `LOOM_CHECK_TRUSTED=1` (the test suite
-sets it) every body is also validated, and one that validation would refuse or change (an
-int where a float belongs, a list for a tuple) raises.
+submit subject, replay input. A core that builds a body from its own typed state, itself
+built from validated input, need not pay it again on every plan, launch and transition it
+makes. `trusted` builds the same model instance validation would, from fields that must
+already be what validation would leave: the body's own names, each of its declared type. A
+name the body lacks, or a required field left out, raises TypeError at once; with
+`LOOM_CHECK_TRUSTED=1` (the test suite sets it) every body is also validated, and one that
+validation would refuse or change (an int where a float belongs, a list for a tuple) raises.
 """
 
 from __future__ import annotations
