@@ -24,12 +24,11 @@ from services.metrics.usage_series import UsageSeries
 from services.runtime.effects import Effect
 from services.runtime.service import CoreDefaults, Subscribe
 
-# The states as module constants, and the sets `JobState.waiting` / `.terminal` test: these
-# run on every transition, where `JobState.X` (a lookup through the enum's metaclass) and those
-# properties cost several times a global's lookup.
+# The states as module constants (tested with WAITING_STATES and TERMINAL_STATES, not the
+# enum's properties): these run on every transition, where `JobState.X` (a lookup through the
+# enum's metaclass) and those properties cost several times a global's lookup.
 _QUEUED, _RUNNING, _PREEMPTED = JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED
 _FINISHED, _FAILED, _REJECTED = JobState.FINISHED, JobState.FAILED, JobState.REJECTED
-_WAITING, _TERMINAL = WAITING_STATES, TERMINAL_STATES
 
 
 # The decision log behind `decision_digest`: one canonical line per decision. Floats use repr
@@ -178,10 +177,10 @@ class MetricsCore(CoreDefaults):
                 return
         waiting_since = out.waiting_since
         if waiting_since is not None:
-            if state not in _WAITING:
+            if state not in WAITING_STATES:
                 out.pending_s += at - waiting_since
                 out.waiting_since = None
-        elif state in _WAITING:
+        elif state in WAITING_STATES:
             out.waiting_since = at
         if previous is _RUNNING:
             run = self._held_since.pop(job_id, None)
@@ -215,7 +214,7 @@ class MetricsCore(CoreDefaults):
             if state is _PREEMPTED:
                 out.preemptions += 1
                 self._fault(t)
-            elif state in _TERMINAL:
+            elif state in TERMINAL_STATES:
                 self._leave(t, out, at)
         out.state = state
         out.cause = t.cause
@@ -233,7 +232,7 @@ class MetricsCore(CoreDefaults):
         self.jobs[t.job_id] = out
         if self.overhead is not None:
             self._specs[t.job_id] = spec
-        if t.state in _WAITING:  # its wait began when it was submitted
+        if t.state in WAITING_STATES:  # its wait began when it was submitted
             out.waiting_since = min(spec.submit_time_s, at)
         if t.state is _QUEUED:
             self._area_at_admit[t.job_id] = (at, self._contend(+1, at))

@@ -8,6 +8,8 @@ already be what validation would leave: the body's own names, each of its declar
 name the body lacks, or a required field left out, raises TypeError at once; with
 `LOOM_CHECK_TRUSTED=1` (the test suite sets it) every body is also validated, and one that
 validation would refuse or change (an int where a float belongs, a list for a tuple) raises.
+The body holds the containers it is given where validation would copy them: a caller hands
+over a dict it no longer changes.
 """
 
 from __future__ import annotations
