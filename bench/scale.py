@@ -39,7 +39,7 @@ from loom.simulate import SimConfig, run_simulation
 from schemas.cluster import ClusterSpec
 from traces import load_cluster, load_trace
 
-source, policy, jobs, gpus, seed, lam, round_s, stream = sys.argv[1:9]
+source, policy, jobs, gpus, seed, lam, round_s, stream, share = sys.argv[1:10]
 jobs, gpus, seed, lam = int(jobs), int(gpus), int(seed), float(lam)
 round_s = float(round_s) if round_s != "-" else None
 t0 = time.perf_counter()
@@ -80,11 +80,34 @@ elif source in ("gavel", "elasticflow"):
 else:
     raise SystemExit(f"unknown source {source!r}: overlay:TRACE, gavel or elasticflow")
 built = time.perf_counter() - t0
+policy_cpu = [0.0]
+if share == "1":  # time inside the policy's methods, outermost calls only (one thread: CPU)
+    import inspect
+    from policies import REGISTRY
+    from policies.base import Policy
+    depth = [0]
+    def timed(fn):
+        def call(*args, **kwargs):
+            if depth[0]:
+                return fn(*args, **kwargs)
+            depth[0], start = 1, time.perf_counter()  # a tenth of process_time's cost
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] = 0
+                policy_cpu[0] += time.perf_counter() - start
+        return call
+    cls = REGISTRY[policy]
+    for name in dir(Policy):  # the interface the scheduler calls, not the walk's own helpers
+        fn = getattr(cls, name)
+        if not name.startswith("_") and inspect.isfunction(inspect.getattr_static(Policy, name)):
+            setattr(cls, name, timed(fn))
 cfg = SimConfig(policy=policy, jobs=specs, cluster=cluster, trace_name=name, overhead=overhead,
                 profile=profile, round_s=round_s, seed=seed, job_count=jobs)
 cpu0 = time.process_time()
 summary = asyncio.run(run_simulation(cfg)).summary
 print(json.dumps({"build_s": built, "cpu_s": time.process_time() - cpu0,
+                  "policy_cpu_s": policy_cpu[0] if share == "1" else None,
                   "gpus": cluster.total_gpus, "jobs": cfg.total_jobs,
                   **{k: summary[k] for k in ("wall_s", "events", "cycles", "peak_rss_mb",
                                              "finished", "avg_jct_s", "decision_digest")}}))
@@ -92,9 +115,11 @@ print(json.dumps({"build_s": built, "cpu_s": time.process_time() - cpu0,
 
 
 def run(source: str, policy: str, jobs: int, gpus: int, seed: int, lam: float,
-        round_s: float | None, timeout_s: float, stream: bool = False) -> dict[str, Any]:
+        round_s: float | None, timeout_s: float, stream: bool = False,
+        policy_time: bool = False) -> dict[str, Any]:
     argv = [sys.executable, "-c", CHILD, source, policy, str(jobs), str(gpus), str(seed),
-            str(lam), "-" if round_s is None else str(round_s), "1" if stream else "0"]
+            str(lam), "-" if round_s is None else str(round_s), "1" if stream else "0",
+            "1" if policy_time else "0"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -122,18 +147,23 @@ def main() -> None:
                     help="overlay: hand the run its jobs as a stream, each copy made as it is "
                          "submitted (memory stays with the active jobs; CPU s then includes "
                          "making the copies)")
+    ap.add_argument("--policy-time", action="store_true",
+                    help="also time the policy's own methods (outermost calls, the "
+                         "walks and placements they make included) and print their µs per "
+                         "event as a last column")
     args = ap.parse_args()
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, source {args.source}, seed {args.seed}"
           f"{', streamed' if args.stream else ''}, "
           f"{'compiled cores (mypyc)' if compiled.active() else 'cores from source'}")
     print(f"{'policy':<22} {'jobs':>9} {'GPUs':>7} {'wall s':>8} {'CPU s':>8} {'events':>10} "
-          f"{'µs/event':>9} {'events/s':>9} {'jobs/s':>8} {'RSS MB':>7} {'finished':>9}  digest")
+          f"{'µs/event':>9} {'events/s':>9} {'jobs/s':>8} {'RSS MB':>7} {'finished':>9}  digest"
+          f"{'  policy µs/event' if args.policy_time else ''}")
     for policy in args.policies.split(","):
         for jobs in (int(x) for x in args.jobs.split(",")):
             for gpus in (int(x) for x in args.gpus.split(",")):
                 r = run(args.source, policy, jobs, gpus, args.seed, args.lam, args.round_s,
-                        args.timeout_s, args.stream)
+                        args.timeout_s, args.stream, args.policy_time)
                 if "error" in r:
                     print(f"{policy:<22} {jobs:>9} {gpus:>7}  {r['error']}")
                     continue
@@ -142,7 +172,14 @@ def main() -> None:
                       f"{events:>10} {cpu / events * 1e6:>9.1f} {events / cpu:>9.0f} "
                       f"{r['jobs'] / cpu:>8.0f} "
                       f"{float(r['peak_rss_mb']):>7.0f} {r['finished']:>9}  "
-                      f"{str(r['decision_digest'])[:12]}", flush=True)
+                      f"{str(r['decision_digest'])[:12]}"
+                      f"{_policy_cell(r, events)}", flush=True)
+
+
+def _policy_cell(row: dict[str, Any], events: int) -> str:
+    """The policy's own µs per event, where it was timed."""
+    seconds = row.get("policy_cpu_s")
+    return "" if seconds is None else f" {float(seconds) / events * 1e6:>16.1f}"
 
 
 if __name__ == "__main__":

@@ -37,3 +37,20 @@ def test_a_streamed_overlay_decides_as_the_listed_one() -> None:
         return row[11]
 
     assert digest("--stream") == digest()
+
+
+def test_the_policys_own_time_is_a_last_column_within_the_runs_and_decides_nothing() -> None:
+    def row(*extra: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, str(REPO / "bench" / "scale.py"), "--policies", "srtf",
+             "--jobs", "300", "--gpus", "32", *extra],
+            capture_output=True, text=True, timeout=300, cwd=REPO, check=True)
+        (found,) = [line.split() for line in done.stdout.splitlines()
+                    if line.startswith("srtf")]
+        return found
+
+    plain, timed = row(), row("--policy-time")
+    assert len(plain) == 12 and len(timed) == 13
+    assert timed[11] == plain[11]  # timing the policy changes no decision
+    per_event, policy_per_event = float(timed[6]), float(timed[12])
+    assert 0 < policy_per_event < per_event
