@@ -20,6 +20,11 @@ which), or from source with `LOOM_PURE_PYTHON=1`. Traces:
     .venv/bin/python bench/scale.py --policies srtf,tiresias --jobs 92080 --gpus 1024,10000
     .venv/bin/python bench/scale.py --source gavel --policies max-min-fairness-perf \\
         --jobs 100000 --gpus 10000 --round-s 360
+    .venv/bin/python bench/scale.py --policies srtf --policy-time   # + the policy's share
+
+`--policy-time` times the policy's interface methods (what the scheduler calls: plans, hooks,
+admission; the walks and placements they make included) and prints their µs per event as a
+last column: the part of an event a faster core could not take off while policies stay Python.
 """
 
 from __future__ import annotations
