@@ -85,8 +85,8 @@ elif source in ("gavel", "elasticflow"):
 else:
     raise SystemExit(f"unknown source {source!r}: overlay:TRACE, gavel or elasticflow")
 built = time.perf_counter() - t0
-policy_cpu = [0.0]
-if share == "1":  # time inside the policy's methods, outermost calls only (one thread: CPU)
+policy_s = [0.0]
+if share == "1":  # seconds inside the policy's methods, outermost calls (one thread: its CPU)
     import inspect
     from policies import REGISTRY
     from policies.base import Policy
@@ -100,7 +100,7 @@ if share == "1":  # time inside the policy's methods, outermost calls only (one 
                 return fn(*args, **kwargs)
             finally:
                 depth[0] = 0
-                policy_cpu[0] += time.perf_counter() - start
+                policy_s[0] += time.perf_counter() - start
         return call
     cls = REGISTRY[policy]
     for name in dir(Policy):  # the interface the scheduler calls, not the walk's own helpers
@@ -112,7 +112,7 @@ cfg = SimConfig(policy=policy, jobs=specs, cluster=cluster, trace_name=name, ove
 cpu0 = time.process_time()
 summary = asyncio.run(run_simulation(cfg)).summary
 print(json.dumps({"build_s": built, "cpu_s": time.process_time() - cpu0,
-                  "policy_cpu_s": policy_cpu[0] if share == "1" else None,
+                  "policy_s": policy_s[0] if share == "1" else None,
                   "gpus": cluster.total_gpus, "jobs": cfg.total_jobs,
                   **{k: summary[k] for k in ("wall_s", "events", "cycles", "peak_rss_mb",
                                              "finished", "avg_jct_s", "decision_digest")}}))
@@ -183,7 +183,7 @@ def main() -> None:
 
 def _policy_cell(row: dict[str, Any], events: int) -> str:
     """The policy's own µs per event, where it was timed."""
-    seconds = row.get("policy_cpu_s")
+    seconds = row.get("policy_s")
     return "" if seconds is None else f" {float(seconds) / events * 1e6:>16.1f}"
 
 
