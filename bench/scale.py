@@ -41,10 +41,11 @@ from domain import compiled
 CHILD = r"""
 import asyncio, itertools, json, math, sys, time
 from loom.simulate import SimConfig, run_simulation
+from policies import REGISTRY
 from schemas.cluster import ClusterSpec
 from traces import load_cluster, load_trace
 
-source, policy, jobs, gpus, seed, lam, round_s, stream, share = sys.argv[1:10]
+source, policy, jobs, gpus, seed, lam, round_s, stream, policy_time = sys.argv[1:10]
 jobs, gpus, seed, lam = int(jobs), int(gpus), int(seed), float(lam)
 round_s = float(round_s) if round_s != "-" else None
 t0 = time.perf_counter()
@@ -86,9 +87,10 @@ else:
     raise SystemExit(f"unknown source {source!r}: overlay:TRACE, gavel or elasticflow")
 built = time.perf_counter() - t0
 policy_s = [0.0]
-if share == "1":  # seconds inside the policy's methods, outermost calls (one thread: its CPU)
+# An unknown policy is left to SimConfig, which names the registered ones.
+if policy_time == "1" and policy in REGISTRY:
+    # Seconds inside the policy's methods, outermost calls (one thread: its CPU).
     import inspect
-    from policies import REGISTRY
     from policies.base import Policy
     depth = [0]
     def timed(fn):
@@ -104,15 +106,15 @@ if share == "1":  # seconds inside the policy's methods, outermost calls (one th
         return call
     cls = REGISTRY[policy]
     for name in dir(Policy):  # the interface the scheduler calls, not the walk's own helpers
-        fn = getattr(cls, name)
-        if not name.startswith("_") and inspect.isfunction(inspect.getattr_static(Policy, name)):
+        fn = inspect.getattr_static(cls, name)  # as defined: a static or class method is left
+        if not name.startswith("_") and inspect.isfunction(fn):
             setattr(cls, name, timed(fn))
 cfg = SimConfig(policy=policy, jobs=specs, cluster=cluster, trace_name=name, overhead=overhead,
                 profile=profile, round_s=round_s, seed=seed, job_count=jobs)
 cpu0 = time.process_time()
 summary = asyncio.run(run_simulation(cfg)).summary
 print(json.dumps({"build_s": built, "cpu_s": time.process_time() - cpu0,
-                  "policy_s": policy_s[0] if share == "1" else None,
+                  "policy_s": policy_s[0] if policy_time == "1" else None,
                   "gpus": cluster.total_gpus, "jobs": cfg.total_jobs,
                   **{k: summary[k] for k in ("wall_s", "events", "cycles", "peak_rss_mb",
                                              "finished", "avg_jct_s", "decision_digest")}}))

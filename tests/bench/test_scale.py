@@ -46,3 +46,12 @@ def test_the_policys_own_time_is_a_last_column_within_the_runs_and_decides_nothi
     assert timed[11] == plain[11]  # timing the policy changes no decision
     per_event, policy_per_event = float(timed[6]), float(timed[12])
     assert 0 < policy_per_event < per_event
+
+
+def test_an_unknown_policy_timed_is_still_named_with_the_registered_ones() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "scale.py"), "--policies", "nosuch",
+         "--jobs", "50", "--gpus", "16", "--policy-time"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, check=True)
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("nosuch")]
+    assert "unknown policy 'nosuch'" in row and "srtf" in row
